@@ -1,0 +1,1 @@
+//! engram-agent (to be built).

@@ -1,0 +1,1 @@
+//! The embedder abstraction (owned by the retrieval work; see issue "Hybrid retrieval").

@@ -1,0 +1,24 @@
+//! engram's vocabulary.
+//!
+//! Everything the other crates agree on lives here: the memory record and its scope, the clock,
+//! time parsing, and the traits that storage, embedding, language-model and tool implementations
+//! fulfil. This crate does no I/O of its own.
+
+pub mod clock;
+pub mod embed;
+pub mod filter;
+pub mod llm;
+pub mod memory;
+pub mod store;
+pub mod time;
+pub mod tool;
+
+pub use clock::{Clock, FixedClock, SystemClock};
+pub use filter::{Filter, MetaCondition};
+pub use memory::{
+    Importance, Kind, Memory, MemoryId, NewMemory, Scope, content_hash, normalize_text,
+};
+pub use store::{
+    AddOutcome, HistoryEvent, HistoryKind, LexicalHit, MemoryPatch, MemoryStore, StoreError,
+    StoreStats,
+};

@@ -1,0 +1,1 @@
+//! The tool abstraction (owned by the agent work).

@@ -1,0 +1,1 @@
+//! engram-embed (to be built).

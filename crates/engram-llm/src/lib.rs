@@ -1,0 +1,1 @@
+//! engram-llm (to be built).

@@ -1,0 +1,1 @@
+//! engram-memory (to be built).

@@ -1,0 +1,1 @@
+//! engram-server (to be built).

@@ -1,0 +1,1 @@
+//! engram-store (to be built).
