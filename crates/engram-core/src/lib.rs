@@ -22,3 +22,4 @@ pub use store::{
     AddOutcome, HistoryEvent, HistoryKind, LexicalHit, MemoryPatch, MemoryStore, StoreError,
     StoreStats,
 };
+pub use tool::{Tool, ToolOutput, ToolSpec};

@@ -490,12 +490,18 @@ mod tests {
             content_hash(&alice, "likes  tea\n"),
             content_hash(&alice, " likes tea")
         );
-        assert_ne!(content_hash(&alice, "likes tea"), content_hash(&bob, "likes tea"));
+        assert_ne!(
+            content_hash(&alice, "likes tea"),
+            content_hash(&bob, "likes tea")
+        );
         assert_ne!(
             content_hash(&alice, "likes tea"),
             content_hash(&alice.clone().with_session("s1"), "likes tea")
         );
-        assert_ne!(content_hash(&alice, "likes tea"), content_hash(&alice, "Likes tea"));
+        assert_ne!(
+            content_hash(&alice, "likes tea"),
+            content_hash(&alice, "Likes tea")
+        );
     }
 
     #[test]

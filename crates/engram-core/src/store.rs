@@ -231,7 +231,8 @@ pub trait MemoryStore: Send + Sync {
     fn history(&self, id: MemoryId) -> Result<Vec<HistoryEvent>, StoreError>;
 
     /// Memories matching the filter, newest first.
-    fn list(&self, filter: &Filter, limit: usize, offset: usize) -> Result<Vec<Memory>, StoreError>;
+    fn list(&self, filter: &Filter, limit: usize, offset: usize)
+    -> Result<Vec<Memory>, StoreError>;
 
     /// How many memories match the filter.
     fn count(&self, filter: &Filter) -> Result<u64, StoreError>;

@@ -102,7 +102,9 @@ pub fn parse_duration(input: &str) -> Result<SignedDuration, DurationParseError>
 }
 
 fn fallback_duration(s: &str) -> Option<SignedDuration> {
-    s.parse::<SignedDuration>().ok().filter(|d| !d.is_negative())
+    s.parse::<SignedDuration>()
+        .ok()
+        .filter(|d| !d.is_negative())
 }
 
 #[cfg(test)]
