@@ -15,6 +15,10 @@ pub mod tool;
 
 pub use clock::{Clock, FixedClock, SystemClock};
 pub use filter::{Filter, MetaCondition};
+pub use llm::{
+    AssistantMessage, ChatModel, ChatRequest, ChatResponse, EventSink, FinishReason, LlmError,
+    Message, ModelInfo, ResponseAssembler, Role, StreamEvent, ToolCall, ToolResultMessage, Usage,
+};
 pub use memory::{
     Importance, Kind, Memory, MemoryId, NewMemory, Scope, content_hash, normalize_text,
 };
