@@ -11,6 +11,8 @@ use crate::filter::Filter;
 use crate::memory::{Importance, InvalidMemory, Kind, Memory, MemoryId, NewMemory};
 
 /// What happened to a memory offered to the store.
+// Short-lived values; boxing would only make matching clumsier.
+#[allow(clippy::large_enum_variant)]
 #[derive(Debug, Clone, PartialEq)]
 pub enum AddOutcome {
     /// Stored as a new memory.

@@ -1,0 +1,64 @@
+//! The database schema and its migrations.
+//!
+//! Each migration is applied once, in order, inside one write transaction; `PRAGMA user_version`
+//! records how far a database has come. A database whose version is newer than the last migration
+//! here was written by a newer engram and is refused rather than misread.
+
+/// Marks a SQLite file as an engram database (`PRAGMA application_id`), ASCII "engr".
+pub const APPLICATION_ID: i32 = 0x656E_6772;
+
+/// The migrations, in order; migration `i` brings the schema to version `i + 1`.
+pub const MIGRATIONS: &[&str] = &[
+    // 1: memories, their audit trail and the full-text index.
+    r#"
+    CREATE TABLE memories (
+        rowid        INTEGER PRIMARY KEY,
+        id           TEXT    NOT NULL UNIQUE,
+        user_id      TEXT    NOT NULL,
+        agent_id     TEXT,
+        session_id   TEXT,
+        kind         TEXT    NOT NULL
+                     CHECK (kind IN ('episode', 'fact', 'preference', 'note', 'summary')),
+        text         TEXT    NOT NULL,
+        category     TEXT,
+        importance   INTEGER NOT NULL CHECK (importance BETWEEN 1 AND 5),
+        metadata     TEXT    NOT NULL DEFAULT '{}',
+        created_at   INTEGER NOT NULL,  -- microseconds since the Unix epoch, as are all times
+        updated_at   INTEGER NOT NULL,
+        valid_from   INTEGER NOT NULL,
+        valid_to     INTEGER,
+        expires_at   INTEGER,
+        source       TEXT    NOT NULL,
+        content_hash TEXT    NOT NULL
+    );
+    -- The same text is stored once per scope among current memories; closed ones may repeat it.
+    CREATE UNIQUE INDEX memories_current_hash ON memories (content_hash) WHERE valid_to IS NULL;
+    CREATE INDEX memories_user_created ON memories (user_id, created_at);
+
+    CREATE TABLE history (
+        seq       INTEGER PRIMARY KEY,
+        memory_id TEXT    NOT NULL,
+        user_id   TEXT    NOT NULL,
+        event     TEXT    NOT NULL CHECK (event IN ('add', 'update', 'invalidate', 'delete')),
+        old_text  TEXT,
+        new_text  TEXT,
+        actor     TEXT    NOT NULL,
+        at        INTEGER NOT NULL
+    );
+    CREATE INDEX history_memory ON history (memory_id, seq);
+    CREATE INDEX history_user ON history (user_id);
+
+    -- Contentless: the text lives in `memories`; `scope` holds one token per user so a search
+    -- intersects with that user's postings instead of filtering every match afterwards.
+    CREATE VIRTUAL TABLE memories_fts USING fts5 (
+        scope, body,
+        content = '', contentless_delete = 1,
+        tokenize = 'porter unicode61 remove_diacritics 2'
+    );
+    "#,
+];
+
+/// The schema version this build writes.
+pub fn latest_version() -> u32 {
+    MIGRATIONS.len() as u32
+}

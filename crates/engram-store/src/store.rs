@@ -1,0 +1,732 @@
+//! [`SqliteStore`]: the [`MemoryStore`] on one SQLite file.
+
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::Duration;
+
+use engram_core::store::{LexicalHit, MemoryPatch};
+use engram_core::{
+    AddOutcome, Clock, Filter, HistoryEvent, HistoryKind, Kind, Memory, MemoryId, MemoryStore,
+    NewMemory, StoreError, StoreStats, SystemClock, content_hash,
+};
+use jiff::Timestamp;
+use rusqlite::types::Value;
+use rusqlite::{
+    Connection, OpenFlags, OptionalExtension, Transaction, TransactionBehavior, params,
+};
+
+use crate::error::from_sqlite;
+use crate::fts;
+use crate::rows::{MEMORY_COLUMN_COUNT, MEMORY_COLUMNS, filter_sql, memory_from_row, micros};
+use crate::schema::{APPLICATION_ID, MIGRATIONS, latest_version};
+
+/// How a store is opened.
+#[derive(Debug, Clone)]
+pub struct StoreOptions {
+    /// How long a write waits for another process's transaction before giving up.
+    pub busy_timeout: Duration,
+    /// Where "now" comes from.
+    pub clock: Arc<dyn Clock>,
+}
+
+impl Default for StoreOptions {
+    fn default() -> Self {
+        Self {
+            busy_timeout: Duration::from_secs(15),
+            clock: Arc::new(SystemClock),
+        }
+    }
+}
+
+/// Memories in a SQLite database file.
+///
+/// One connection writes; reads take a connection from a small pool so searches run in parallel
+/// with each other and with writes (WAL mode).
+#[derive(Debug)]
+pub struct SqliteStore {
+    path: PathBuf,
+    options: StoreOptions,
+    writer: Mutex<Connection>,
+    readers: Mutex<Vec<Connection>>,
+}
+
+/// Upper bound on idle read connections kept for reuse.
+const MAX_IDLE_READERS: usize = 8;
+
+impl SqliteStore {
+    /// Opens (creating if needed) the database at `path` with default options.
+    pub fn open(path: impl AsRef<Path>) -> Result<Self, StoreError> {
+        Self::open_with(path, StoreOptions::default())
+    }
+
+    /// Opens (creating if needed) the database at `path`, migrating it to the current schema.
+    pub fn open_with(path: impl AsRef<Path>, options: StoreOptions) -> Result<Self, StoreError> {
+        let path = path.as_ref().to_path_buf();
+        if path.is_dir() {
+            return Err(StoreError::Backend(format!(
+                "{} is a directory, not a database file",
+                path.display()
+            )));
+        }
+        let mut writer = open_connection(&path, &options, true)?;
+        migrate(&mut writer, &path, &options)?;
+        Ok(Self {
+            path,
+            options,
+            writer: Mutex::new(writer),
+            readers: Mutex::new(Vec::new()),
+        })
+    }
+
+    /// The database file.
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// The clock this store stamps changes with.
+    pub fn clock(&self) -> &Arc<dyn Clock> {
+        &self.options.clock
+    }
+
+    fn err(&self, e: rusqlite::Error) -> StoreError {
+        from_sqlite(e, &self.path, self.options.busy_timeout)
+    }
+
+    fn now(&self) -> Timestamp {
+        engram_core::time::truncate_to_micros(self.options.clock.now())
+    }
+
+    /// Runs `f` in an immediate write transaction, committing when it returns Ok.
+    fn write<T>(
+        &self,
+        f: impl FnOnce(&Transaction<'_>) -> Result<T, StoreError>,
+    ) -> Result<T, StoreError> {
+        let mut conn = lock(&self.writer);
+        let tx = conn
+            .transaction_with_behavior(TransactionBehavior::Immediate)
+            .map_err(|e| self.err(e))?;
+        let value = f(&tx)?;
+        tx.commit().map_err(|e| self.err(e))?;
+        Ok(value)
+    }
+
+    /// Runs `f` on a pooled read connection.
+    fn read<T>(
+        &self,
+        f: impl FnOnce(&Connection) -> Result<T, StoreError>,
+    ) -> Result<T, StoreError> {
+        let pooled = lock(&self.readers).pop();
+        let conn = match pooled {
+            Some(conn) => conn,
+            None => open_connection(&self.path, &self.options, false)?,
+        };
+        let result = f(&conn);
+        let mut idle = lock(&self.readers);
+        if idle.len() < MAX_IDLE_READERS {
+            idle.push(conn);
+        }
+        result
+    }
+
+    fn insert(
+        &self,
+        tx: &Transaction<'_>,
+        new: NewMemory,
+        actor: &str,
+        now: Timestamp,
+    ) -> Result<AddOutcome, StoreError> {
+        new.validate()?;
+        let truncate = engram_core::time::truncate_to_micros;
+        let id = new.id.unwrap_or_default();
+        let created_at = truncate(new.created_at.unwrap_or(now));
+        let memory = Memory {
+            id,
+            content_hash: new.content_hash(),
+            kind: new.kind,
+            text: new.text,
+            category: new.category,
+            importance: new.importance,
+            created_at,
+            updated_at: truncate(new.updated_at.unwrap_or(now)),
+            valid_from: truncate(new.valid_from.unwrap_or(created_at)),
+            valid_to: new.valid_to.map(truncate),
+            expires_at: new.expires_at.map(truncate),
+            source: new.source,
+            scope: new.scope,
+            metadata: new.metadata,
+        };
+        let metadata = serde_json::Value::Object(memory.metadata.clone()).to_string();
+        let inserted = tx
+            .prepare_cached(
+                "INSERT OR IGNORE INTO memories (id, user_id, agent_id, session_id, kind, text, \
+                 category, importance, metadata, created_at, updated_at, valid_from, valid_to, \
+                 expires_at, source, content_hash) \
+                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16)",
+            )
+            .and_then(|mut stmt| {
+                stmt.execute(params![
+                    memory.id.to_string(),
+                    memory.scope.user_id,
+                    memory.scope.agent_id,
+                    memory.scope.session_id,
+                    memory.kind.as_str(),
+                    memory.text,
+                    memory.category,
+                    memory.importance.get(),
+                    metadata,
+                    micros(memory.created_at),
+                    micros(memory.updated_at),
+                    micros(memory.valid_from),
+                    memory.valid_to.map(micros),
+                    memory.expires_at.map(micros),
+                    memory.source,
+                    memory.content_hash,
+                ])
+            })
+            .map_err(|e| self.err(e))?;
+        if inserted == 0 {
+            let existing: String = tx
+                .prepare_cached(
+                    "SELECT id FROM memories WHERE id = ?1 \
+                     OR (content_hash = ?2 AND valid_to IS NULL) LIMIT 1",
+                )
+                .and_then(|mut stmt| {
+                    stmt.query_row(params![memory.id.to_string(), memory.content_hash], |r| {
+                        r.get(0)
+                    })
+                })
+                .map_err(|e| self.err(e))?;
+            let existing = existing.parse().map_err(|_| {
+                StoreError::Backend(format!("stored id '{existing}' is not a UUID"))
+            })?;
+            return Ok(AddOutcome::Duplicate(existing));
+        }
+        let rowid = tx.last_insert_rowid();
+        index_row(tx, rowid, &memory.scope.user_id, &memory.text).map_err(|e| self.err(e))?;
+        record(
+            tx,
+            &memory.id,
+            &memory.scope.user_id,
+            HistoryKind::Add,
+            None,
+            Some(&memory.text),
+            actor,
+            now,
+        )
+        .map_err(|e| self.err(e))?;
+        Ok(AddOutcome::Added(memory))
+    }
+
+    fn get_in(&self, conn: &Connection, id: MemoryId) -> Result<(i64, Memory), StoreError> {
+        let sql = format!("SELECT {MEMORY_COLUMNS}, m.rowid FROM memories m WHERE m.id = ?1");
+        conn.prepare_cached(&sql)
+            .and_then(|mut stmt| {
+                stmt.query_row([id.to_string()], |row| {
+                    Ok((row.get(MEMORY_COLUMN_COUNT)?, memory_from_row(row)?))
+                })
+                .optional()
+            })
+            .map_err(|e| self.err(e))?
+            .ok_or(StoreError::NotFound(id))
+    }
+}
+
+fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
+    // A panic while holding the lock cannot leave a connection half-used: SQLite rolls back.
+    mutex.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+fn open_connection(
+    path: &Path,
+    options: &StoreOptions,
+    create: bool,
+) -> Result<Connection, StoreError> {
+    let map = |e| from_sqlite(e, path, options.busy_timeout);
+    let mut flags = OpenFlags::SQLITE_OPEN_READ_WRITE
+        | OpenFlags::SQLITE_OPEN_NO_MUTEX
+        | OpenFlags::SQLITE_OPEN_URI;
+    if create {
+        flags |= OpenFlags::SQLITE_OPEN_CREATE;
+    }
+    let conn = Connection::open_with_flags(path, flags).map_err(map)?;
+    conn.busy_timeout(options.busy_timeout).map_err(map)?;
+    conn.set_prepared_statement_cache_capacity(64);
+    // Reading the header is the first moment SQLite notices a file that is not a database.
+    conn.pragma_query_value(None, "schema_version", |r| r.get::<_, i64>(0))
+        .map_err(map)?;
+    conn.execute_batch(
+        "PRAGMA synchronous = NORMAL; PRAGMA foreign_keys = ON; PRAGMA temp_store = MEMORY; \
+         PRAGMA cache_size = -32000; PRAGMA mmap_size = 268435456;",
+    )
+    .map_err(map)?;
+    Ok(conn)
+}
+
+/// Brings the database to the current schema, or explains why it cannot.
+fn migrate(conn: &mut Connection, path: &Path, options: &StoreOptions) -> Result<(), StoreError> {
+    let map = |e| from_sqlite(e, path, options.busy_timeout);
+    set_wal(conn, path, options)?;
+    let tx = conn
+        .transaction_with_behavior(TransactionBehavior::Immediate)
+        .map_err(map)?;
+    // Read inside the write lock: another process may have migrated while we waited.
+    let app_id: i32 = tx
+        .pragma_query_value(None, "application_id", |r| r.get(0))
+        .map_err(map)?;
+    let version: u32 = tx
+        .pragma_query_value(None, "user_version", |r| r.get(0))
+        .map_err(map)?;
+    let tables: i64 = tx
+        .query_row("SELECT count(*) FROM sqlite_master", [], |r| r.get(0))
+        .map_err(map)?;
+    if app_id != APPLICATION_ID && (app_id != 0 || tables > 0) {
+        return Err(StoreError::NotEngram {
+            path: path.to_path_buf(),
+        });
+    }
+    let latest = latest_version();
+    if version > latest {
+        return Err(StoreError::TooNew {
+            path: path.to_path_buf(),
+            found: version,
+            supported: latest,
+        });
+    }
+    for (index, sql) in MIGRATIONS.iter().enumerate().skip(version as usize) {
+        tx.execute_batch(sql).map_err(map)?;
+        tx.pragma_update(None, "user_version", index as u32 + 1)
+            .map_err(map)?;
+    }
+    if app_id == 0 {
+        tx.pragma_update(None, "application_id", APPLICATION_ID)
+            .map_err(map)?;
+    }
+    tx.commit().map_err(map)
+}
+
+/// Switches to write-ahead logging, which lets readers and one writer work at once. The switch
+/// needs a moment alone with the file, so it is retried while another process holds it.
+fn set_wal(conn: &Connection, path: &Path, options: &StoreOptions) -> Result<(), StoreError> {
+    let deadline = std::time::Instant::now() + options.busy_timeout;
+    loop {
+        match conn.pragma_update_and_check(None, "journal_mode", "WAL", |r| r.get::<_, String>(0)) {
+            Ok(_) => return Ok(()),
+            Err(rusqlite::Error::SqliteFailure(f, _))
+                if matches!(
+                    f.code,
+                    rusqlite::ErrorCode::DatabaseBusy | rusqlite::ErrorCode::DatabaseLocked
+                ) && std::time::Instant::now() < deadline =>
+            {
+                std::thread::sleep(Duration::from_millis(20));
+            }
+            Err(e) => return Err(from_sqlite(e, path, options.busy_timeout)),
+        }
+    }
+}
+
+fn index_row(tx: &Transaction<'_>, rowid: i64, user_id: &str, text: &str) -> rusqlite::Result<()> {
+    tx.prepare_cached("INSERT INTO memories_fts (rowid, scope, body) VALUES (?1, ?2, ?3)")?
+        .execute(params![
+            rowid,
+            fts::scope_token(user_id),
+            fts::index_text(text)
+        ])?;
+    Ok(())
+}
+
+fn unindex_row(tx: &Transaction<'_>, rowid: i64) -> rusqlite::Result<()> {
+    tx.prepare_cached("DELETE FROM memories_fts WHERE rowid = ?1")?
+        .execute([rowid])?;
+    Ok(())
+}
+
+#[allow(clippy::too_many_arguments)]
+fn record(
+    tx: &Transaction<'_>,
+    id: &MemoryId,
+    user_id: &str,
+    event: HistoryKind,
+    old_text: Option<&str>,
+    new_text: Option<&str>,
+    actor: &str,
+    at: Timestamp,
+) -> rusqlite::Result<()> {
+    tx.prepare_cached(
+        "INSERT INTO history (memory_id, user_id, event, old_text, new_text, actor, at) \
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)",
+    )?
+    .execute(params![
+        id.to_string(),
+        user_id,
+        event.as_str(),
+        old_text,
+        new_text,
+        actor,
+        micros(at)
+    ])?;
+    Ok(())
+}
+
+impl MemoryStore for SqliteStore {
+    fn add(&self, memory: NewMemory, actor: &str) -> Result<AddOutcome, StoreError> {
+        let now = self.now();
+        self.write(|tx| self.insert(tx, memory, actor, now))
+    }
+
+    fn add_many(
+        &self,
+        memories: Vec<NewMemory>,
+        actor: &str,
+    ) -> Result<Vec<Result<AddOutcome, StoreError>>, StoreError> {
+        let now = self.now();
+        self.write(|tx| {
+            let mut outcomes = Vec::with_capacity(memories.len());
+            for memory in memories {
+                match self.insert(tx, memory, actor, now) {
+                    Err(StoreError::Invalid(e)) => outcomes.push(Err(StoreError::Invalid(e))),
+                    // Anything else (disk full, corruption) aborts the whole batch.
+                    Err(e) => return Err(e),
+                    Ok(outcome) => outcomes.push(Ok(outcome)),
+                }
+            }
+            Ok(outcomes)
+        })
+    }
+
+    fn get(&self, id: MemoryId) -> Result<Memory, StoreError> {
+        self.read(|conn| self.get_in(conn, id).map(|(_, m)| m))
+    }
+
+    fn update(&self, id: MemoryId, patch: MemoryPatch, actor: &str) -> Result<Memory, StoreError> {
+        let now = self.now();
+        self.write(|tx| {
+            let (rowid, mut memory) = self.get_in(tx, id)?;
+            let old_text = memory.text.clone();
+            if let Some(text) = patch.text {
+                let candidate = NewMemory::new(memory.scope.clone(), text.clone());
+                candidate.validate()?;
+                let hash = content_hash(&memory.scope, &text);
+                if hash != memory.content_hash && memory.valid_to.is_none() {
+                    let clash: Option<String> = tx
+                        .prepare_cached(
+                            "SELECT id FROM memories WHERE content_hash = ?1 \
+                             AND valid_to IS NULL AND id <> ?2",
+                        )
+                        .and_then(|mut s| {
+                            s.query_row(params![hash, id.to_string()], |r| r.get(0))
+                                .optional()
+                        })
+                        .map_err(|e| self.err(e))?;
+                    if let Some(other) = clash.and_then(|o| o.parse().ok()) {
+                        return Err(StoreError::Duplicate(other));
+                    }
+                }
+                memory.text = text;
+                memory.content_hash = hash;
+            }
+            if let Some(category) = patch.category {
+                memory.category = category;
+            }
+            if let Some(importance) = patch.importance {
+                memory.importance = importance;
+            }
+            if let Some(metadata) = patch.metadata {
+                memory.metadata = metadata;
+            }
+            if let Some(expires_at) = patch.expires_at {
+                memory.expires_at = expires_at.map(engram_core::time::truncate_to_micros);
+            }
+            memory.updated_at = now;
+            let metadata = serde_json::Value::Object(memory.metadata.clone()).to_string();
+            tx.prepare_cached(
+                "UPDATE memories SET text = ?1, content_hash = ?2, category = ?3, importance = ?4, \
+                 metadata = ?5, expires_at = ?6, updated_at = ?7 WHERE rowid = ?8",
+            )
+            .and_then(|mut s| {
+                s.execute(params![
+                    memory.text,
+                    memory.content_hash,
+                    memory.category,
+                    memory.importance.get(),
+                    metadata,
+                    memory.expires_at.map(micros),
+                    micros(now),
+                    rowid
+                ])
+            })
+            .map_err(|e| self.err(e))?;
+            if memory.text != old_text {
+                unindex_row(tx, rowid)
+                    .and_then(|_| index_row(tx, rowid, &memory.scope.user_id, &memory.text))
+                    .map_err(|e| self.err(e))?;
+            }
+            record(
+                tx,
+                &id,
+                &memory.scope.user_id,
+                HistoryKind::Update,
+                Some(&old_text),
+                Some(&memory.text),
+                actor,
+                now,
+            )
+            .map_err(|e| self.err(e))?;
+            Ok(memory)
+        })
+    }
+
+    fn invalidate(&self, id: MemoryId, actor: &str) -> Result<Memory, StoreError> {
+        let now = self.now();
+        self.write(|tx| {
+            let (rowid, mut memory) = self.get_in(tx, id)?;
+            if memory.valid_to.is_some() {
+                return Err(StoreError::AlreadyClosed(id));
+            }
+            memory.valid_to = Some(now);
+            memory.updated_at = now;
+            tx.prepare_cached(
+                "UPDATE memories SET valid_to = ?1, updated_at = ?1 WHERE rowid = ?2",
+            )
+            .and_then(|mut s| s.execute(params![micros(now), rowid]))
+            .map_err(|e| self.err(e))?;
+            record(
+                tx,
+                &id,
+                &memory.scope.user_id,
+                HistoryKind::Invalidate,
+                Some(&memory.text),
+                None,
+                actor,
+                now,
+            )
+            .map_err(|e| self.err(e))?;
+            Ok(memory)
+        })
+    }
+
+    fn delete(&self, id: MemoryId, actor: &str) -> Result<Memory, StoreError> {
+        let now = self.now();
+        self.write(|tx| {
+            let (rowid, memory) = self.get_in(tx, id)?;
+            unindex_row(tx, rowid).map_err(|e| self.err(e))?;
+            tx.prepare_cached("DELETE FROM memories WHERE rowid = ?1")
+                .and_then(|mut s| s.execute([rowid]))
+                .map_err(|e| self.err(e))?;
+            record(
+                tx,
+                &id,
+                &memory.scope.user_id,
+                HistoryKind::Delete,
+                Some(&memory.text),
+                None,
+                actor,
+                now,
+            )
+            .map_err(|e| self.err(e))?;
+            Ok(memory)
+        })
+    }
+
+    fn history(&self, id: MemoryId) -> Result<Vec<HistoryEvent>, StoreError> {
+        let rows = self.read(|conn| {
+            let mut stmt = conn
+                .prepare_cached(
+                    "SELECT event, old_text, new_text, actor, at FROM history \
+                     WHERE memory_id = ?1 ORDER BY seq",
+                )
+                .map_err(|e| self.err(e))?;
+            let rows = stmt
+                .query_map([id.to_string()], |row| {
+                    Ok((
+                        row.get::<_, String>(0)?,
+                        row.get::<_, Option<String>>(1)?,
+                        row.get::<_, Option<String>>(2)?,
+                        row.get::<_, String>(3)?,
+                        row.get::<_, i64>(4)?,
+                    ))
+                })
+                .and_then(|rows| rows.collect::<Result<Vec<_>, _>>())
+                .map_err(|e| self.err(e))?;
+            Ok(rows)
+        })?;
+        if rows.is_empty() {
+            return Err(StoreError::NotFound(id));
+        }
+        rows.into_iter()
+            .map(|(event, old_text, new_text, actor, at)| {
+                Ok(HistoryEvent {
+                    memory_id: id,
+                    event: event.parse().map_err(StoreError::Backend)?,
+                    old_text,
+                    new_text,
+                    actor,
+                    at: Timestamp::from_microsecond(at)
+                        .map_err(|e| StoreError::Backend(e.to_string()))?,
+                })
+            })
+            .collect()
+    }
+
+    fn list(
+        &self,
+        filter: &Filter,
+        limit: usize,
+        offset: usize,
+    ) -> Result<Vec<Memory>, StoreError> {
+        let (conditions, mut values) = filter_sql(filter, self.now())?;
+        let sql = format!(
+            "SELECT {MEMORY_COLUMNS} FROM memories m WHERE {conditions} \
+             ORDER BY m.created_at DESC, m.rowid DESC LIMIT ? OFFSET ?"
+        );
+        values.push(Value::Integer(clamp_i64(limit)));
+        values.push(Value::Integer(clamp_i64(offset)));
+        self.read(|conn| {
+            let mut stmt = conn.prepare_cached(&sql).map_err(|e| self.err(e))?;
+            stmt.query_map(rusqlite::params_from_iter(values), memory_from_row)
+                .and_then(|rows| rows.collect())
+                .map_err(|e| self.err(e))
+        })
+    }
+
+    fn count(&self, filter: &Filter) -> Result<u64, StoreError> {
+        let (conditions, values) = filter_sql(filter, self.now())?;
+        let sql = format!("SELECT count(*) FROM memories m WHERE {conditions}");
+        self.read(|conn| {
+            conn.prepare_cached(&sql)
+                .and_then(|mut s| {
+                    s.query_row(rusqlite::params_from_iter(values), |r| r.get::<_, i64>(0))
+                })
+                .map(|n| n.max(0) as u64)
+                .map_err(|e| self.err(e))
+        })
+    }
+
+    fn search_lexical(
+        &self,
+        filter: &Filter,
+        query: &str,
+        limit: usize,
+    ) -> Result<Vec<LexicalHit>, StoreError> {
+        if query.trim().is_empty() {
+            return Err(StoreError::BadQuery(
+                "the search query is empty".to_string(),
+            ));
+        }
+        let (conditions, filter_values) = filter_sql(filter, self.now())?;
+        let Some(expression) = fts::match_expression(query, &fts::scope_token(&filter.user_id))
+        else {
+            return Err(StoreError::BadQuery(format!(
+                "the query '{query}' has no words to search for"
+            )));
+        };
+        // bm25() is lower-is-better; the scope column gets weight 0 so it never adds relevance.
+        let sql = format!(
+            "SELECT {MEMORY_COLUMNS}, -bm25(memories_fts, 0.0, 1.0) AS score \
+             FROM memories_fts JOIN memories m ON m.rowid = memories_fts.rowid \
+             WHERE memories_fts MATCH ? AND {conditions} \
+             ORDER BY score DESC, m.created_at DESC, m.rowid DESC LIMIT ?"
+        );
+        let mut values = Vec::with_capacity(filter_values.len() + 2);
+        values.push(Value::Text(expression));
+        values.extend(filter_values);
+        values.push(Value::Integer(clamp_i64(limit)));
+        self.read(|conn| {
+            let mut stmt = conn.prepare_cached(&sql).map_err(|e| self.err(e))?;
+            stmt.query_map(rusqlite::params_from_iter(values), |row| {
+                Ok(LexicalHit {
+                    memory: memory_from_row(row)?,
+                    bm25: row.get(MEMORY_COLUMN_COUNT)?,
+                })
+            })
+            .and_then(|rows| rows.collect())
+            .map_err(|e| self.err(e))
+        })
+    }
+
+    fn forget_user(&self, user_id: &str) -> Result<u64, StoreError> {
+        self.write(|tx| {
+            tx.execute(
+                "DELETE FROM memories_fts WHERE rowid IN \
+                 (SELECT rowid FROM memories WHERE user_id = ?1)",
+                [user_id],
+            )
+            .map_err(|e| self.err(e))?;
+            let removed = tx
+                .execute("DELETE FROM memories WHERE user_id = ?1", [user_id])
+                .map_err(|e| self.err(e))?;
+            tx.execute("DELETE FROM history WHERE user_id = ?1", [user_id])
+                .map_err(|e| self.err(e))?;
+            Ok(removed as u64)
+        })
+    }
+
+    fn export(
+        &self,
+        user_id: &str,
+        sink: &mut dyn FnMut(Memory) -> Result<(), StoreError>,
+    ) -> Result<u64, StoreError> {
+        self.read(|conn| {
+            let sql = format!(
+                "SELECT {MEMORY_COLUMNS} FROM memories m WHERE m.user_id = ?1 \
+                 ORDER BY m.created_at, m.rowid"
+            );
+            let mut stmt = conn.prepare(&sql).map_err(|e| self.err(e))?;
+            let mut rows = stmt.query([user_id]).map_err(|e| self.err(e))?;
+            let mut count = 0;
+            while let Some(row) = rows.next().map_err(|e| self.err(e))? {
+                sink(memory_from_row(row).map_err(|e| self.err(e))?)?;
+                count += 1;
+            }
+            Ok(count)
+        })
+    }
+
+    fn stats(&self) -> Result<StoreStats, StoreError> {
+        let now = micros(self.now());
+        let mut stats = self.read(|conn| {
+            let q = |sql: &str| -> Result<u64, StoreError> {
+                conn.query_row(sql, [], |r| r.get::<_, i64>(0))
+                    .map(|n| n.max(0) as u64)
+                    .map_err(|e| self.err(e))
+            };
+            let mut stats = StoreStats {
+                memories: q("SELECT count(*) FROM memories")?,
+                users: q("SELECT count(DISTINCT user_id) FROM memories")?,
+                history_rows: q("SELECT count(*) FROM history")?,
+                schema_version: latest_version(),
+                path: self.path.clone(),
+                ..StoreStats::default()
+            };
+            stats.closed = conn
+                .query_row(
+                    "SELECT count(*) FROM memories WHERE valid_to <= ?1 OR expires_at <= ?1",
+                    [now],
+                    |r| r.get::<_, i64>(0),
+                )
+                .map(|n| n.max(0) as u64)
+                .map_err(|e| self.err(e))?;
+            let mut stmt = conn
+                .prepare("SELECT kind, count(*) FROM memories GROUP BY kind")
+                .map_err(|e| self.err(e))?;
+            let rows = stmt
+                .query_map([], |r| Ok((r.get::<_, String>(0)?, r.get::<_, i64>(1)?)))
+                .and_then(|rows| rows.collect::<Result<Vec<_>, _>>())
+                .map_err(|e| self.err(e))?;
+            for (kind, n) in rows {
+                if let Ok(kind) = kind.parse::<Kind>() {
+                    stats.by_kind.insert(kind, n.max(0) as u64);
+                }
+            }
+            Ok(stats)
+        })?;
+        let size = |p: &Path| std::fs::metadata(p).map(|m| m.len()).unwrap_or(0);
+        let mut wal = self.path.clone().into_os_string();
+        wal.push("-wal");
+        stats.database_bytes = size(&self.path) + size(Path::new(&wal));
+        Ok(stats)
+    }
+}
+
+fn clamp_i64(n: usize) -> i64 {
+    i64::try_from(n).unwrap_or(i64::MAX)
+}

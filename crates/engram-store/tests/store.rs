@@ -1,0 +1,571 @@
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+//! The store through its public contract, on real database files.
+
+use std::sync::Arc;
+
+use engram_core::store::MemoryPatch;
+use engram_core::{
+    AddOutcome, FixedClock, HistoryKind, Importance, Kind, MemoryId, MemoryStore, NewMemory, Scope,
+    StoreError,
+};
+use engram_core::{Filter, MetaCondition};
+use engram_store::{SqliteStore, StoreOptions};
+use jiff::{SignedDuration, Timestamp};
+use serde_json::json;
+use tempfile::TempDir;
+
+fn t(s: &str) -> Timestamp {
+    s.parse().unwrap()
+}
+
+struct Fixture {
+    _dir: TempDir,
+    clock: Arc<FixedClock>,
+    store: SqliteStore,
+}
+
+fn fixture() -> Fixture {
+    let dir = TempDir::new().unwrap();
+    let clock = Arc::new(FixedClock::new(t("2024-06-01T12:00:00Z")));
+    let store = SqliteStore::open_with(
+        dir.path().join("engram.db"),
+        StoreOptions {
+            clock: clock.clone(),
+            ..StoreOptions::default()
+        },
+    )
+    .unwrap();
+    Fixture {
+        _dir: dir,
+        clock,
+        store,
+    }
+}
+
+fn add(store: &SqliteStore, user: &str, text: &str) -> MemoryId {
+    match store
+        .add(NewMemory::new(Scope::user(user), text), "test")
+        .unwrap()
+    {
+        AddOutcome::Added(m) => m.id,
+        AddOutcome::Duplicate(id) => panic!("unexpected duplicate of {id}"),
+    }
+}
+
+fn search(store: &SqliteStore, filter: &Filter, query: &str) -> Vec<String> {
+    store
+        .search_lexical(filter, query, 10)
+        .unwrap()
+        .into_iter()
+        .map(|h| h.memory.text)
+        .collect()
+}
+
+#[test]
+fn a_memory_round_trips_with_every_field() {
+    let f = fixture();
+    let new = NewMemory::new(
+        Scope::user("alice").with_agent("coder").with_session("s1"),
+        "Alice moved to Berlin",
+    )
+    .with_kind(Kind::Fact)
+    .with_category("user_info")
+    .with_importance(Importance::new(5).unwrap())
+    .at(t("2023-05-08T13:56:00.123456789Z"))
+    .with_meta("dia_id", json!("D1:3"))
+    .with_meta("z", json!(1.5))
+    .with_meta("a", json!({"nested": [1, 2]}))
+    .with_source("import");
+    let AddOutcome::Added(stored) = f.store.add(new, "test").unwrap() else {
+        panic!("not added")
+    };
+    let got = f.store.get(stored.id).unwrap();
+    assert_eq!(got, stored);
+    assert_eq!(got.created_at.to_string(), "2023-05-08T13:56:00.123456Z");
+    assert_eq!(got.updated_at, t("2024-06-01T12:00:00Z"));
+    assert_eq!(got.valid_from, got.created_at);
+    // Metadata keeps its key order.
+    let keys: Vec<_> = got.metadata.keys().cloned().collect();
+    assert_eq!(keys, ["dia_id", "z", "a"]);
+}
+
+#[test]
+fn the_same_text_in_the_same_scope_is_stored_once() {
+    let f = fixture();
+    let first = add(&f.store, "alice", "likes green tea");
+    let again = f
+        .store
+        .add(
+            NewMemory::new(Scope::user("alice"), "  likes   green tea "),
+            "test",
+        )
+        .unwrap();
+    assert_eq!(again, AddOutcome::Duplicate(first));
+    // Another user, or another session, is another scope.
+    add(&f.store, "bob", "likes green tea");
+    let in_session = f
+        .store
+        .add(
+            NewMemory::new(Scope::user("alice").with_session("s2"), "likes green tea"),
+            "test",
+        )
+        .unwrap();
+    assert!(matches!(in_session, AddOutcome::Added(_)));
+    // Once closed, the same text may be remembered again.
+    f.store.invalidate(first, "test").unwrap();
+    let back = f
+        .store
+        .add(
+            NewMemory::new(Scope::user("alice"), "likes green tea"),
+            "test",
+        )
+        .unwrap();
+    assert!(matches!(back, AddOutcome::Added(_)));
+}
+
+#[test]
+fn every_change_leaves_a_history_row() {
+    let f = fixture();
+    let id = add(&f.store, "alice", "uses Python 3.9");
+    f.clock.advance(SignedDuration::from_secs(60));
+    let updated = f
+        .store
+        .update(id, MemoryPatch::text("uses Python 3.12"), "cli")
+        .unwrap();
+    assert_eq!(updated.text, "uses Python 3.12");
+    assert_eq!(updated.updated_at, t("2024-06-01T12:01:00Z"));
+    f.store.invalidate(id, "agent").unwrap();
+    assert!(matches!(
+        f.store.invalidate(id, "agent"),
+        Err(StoreError::AlreadyClosed(_))
+    ));
+    f.store.delete(id, "cli").unwrap();
+    assert!(matches!(f.store.get(id), Err(StoreError::NotFound(_))));
+
+    let history = f.store.history(id).unwrap();
+    let events: Vec<_> = history.iter().map(|h| h.event).collect();
+    assert_eq!(
+        events,
+        [
+            HistoryKind::Add,
+            HistoryKind::Update,
+            HistoryKind::Invalidate,
+            HistoryKind::Delete
+        ]
+    );
+    assert_eq!(history[1].old_text.as_deref(), Some("uses Python 3.9"));
+    assert_eq!(history[1].new_text.as_deref(), Some("uses Python 3.12"));
+    assert_eq!(history[1].actor, "cli");
+    assert_eq!(history[2].actor, "agent");
+    assert!(matches!(
+        f.store.history(MemoryId::new()),
+        Err(StoreError::NotFound(_))
+    ));
+}
+
+#[test]
+fn an_update_may_not_duplicate_another_memory() {
+    let f = fixture();
+    let a = add(&f.store, "alice", "first");
+    let b = add(&f.store, "alice", "second");
+    let err = f
+        .store
+        .update(b, MemoryPatch::text("first"), "cli")
+        .unwrap_err();
+    assert!(matches!(err, StoreError::Duplicate(id) if id == a));
+    assert_eq!(f.store.get(b).unwrap().text, "second");
+}
+
+#[test]
+fn closed_and_expired_memories_are_hidden_unless_asked_for() {
+    let f = fixture();
+    let closed = add(&f.store, "alice", "lives in Paris");
+    f.store.invalidate(closed, "test").unwrap();
+    let mut expiring = NewMemory::new(Scope::user("alice"), "meeting in Paris tomorrow");
+    expiring.expires_at = Some(t("2024-06-01T18:00:00Z"));
+    f.store.add(expiring, "test").unwrap();
+    add(&f.store, "alice", "lives in Berlin, loves Paris");
+
+    let filter = Filter::user("alice");
+    assert_eq!(search(&f.store, &filter, "paris").len(), 2);
+    f.clock.advance(SignedDuration::from_hours(7));
+    assert_eq!(
+        search(&f.store, &filter, "paris"),
+        ["lives in Berlin, loves Paris"]
+    );
+    let all = Filter {
+        include_closed: true,
+        ..filter.clone()
+    };
+    assert_eq!(search(&f.store, &all, "paris").len(), 3);
+    assert_eq!(f.store.count(&filter).unwrap(), 1);
+    assert_eq!(f.store.count(&all).unwrap(), 3);
+}
+
+#[test]
+fn search_is_confined_to_one_user() {
+    let f = fixture();
+    add(&f.store, "alice", "the secret word is swordfish");
+    add(&f.store, "bob", "bob has no secrets");
+    assert!(search(&f.store, &Filter::user("bob"), "swordfish").is_empty());
+    assert_eq!(
+        search(&f.store, &Filter::user("alice"), "swordfish").len(),
+        1
+    );
+    let err = f
+        .store
+        .search_lexical(&Filter::user(""), "x", 5)
+        .unwrap_err();
+    assert!(err.to_string().contains("user is required"));
+}
+
+#[test]
+fn words_match_across_case_punctuation_and_stemming() {
+    let f = fixture();
+    add(&f.store, "u", "She was RUNNING marathons, every weekend!");
+    add(&f.store, "u", "Café culture in São Paulo");
+    add(&f.store, "u", "unrelated text about gardens");
+    let filter = Filter::user("u");
+    assert_eq!(search(&f.store, &filter, "runs marathon").len(), 1);
+    assert_eq!(search(&f.store, &filter, "weekend?").len(), 1);
+    assert_eq!(search(&f.store, &filter, "cafe sao paulo").len(), 1);
+}
+
+#[test]
+fn non_latin_text_is_searchable() {
+    let f = fixture();
+    add(&f.store, "u", "我住在北京,喜欢喝茶");
+    add(&f.store, "u", "東京で寿司を食べました");
+    add(&f.store, "u", "Я люблю читать книги");
+    add(&f.store, "u", "서울에서 커피를 마셨어요");
+    let filter = Filter::user("u");
+    assert_eq!(search(&f.store, &filter, "北京"), ["我住在北京,喜欢喝茶"]);
+    assert_eq!(
+        search(&f.store, &filter, "寿司"),
+        ["東京で寿司を食べました"]
+    );
+    assert_eq!(search(&f.store, &filter, "книги"), ["Я люблю читать книги"]);
+    assert_eq!(
+        search(&f.store, &filter, "커피"),
+        ["서울에서 커피를 마셨어요"]
+    );
+    assert!(search(&f.store, &filter, "京北").is_empty());
+}
+
+#[test]
+fn better_matches_rank_first_and_ties_go_to_the_newest() {
+    let f = fixture();
+    let mut older = NewMemory::new(Scope::user("u"), "went hiking");
+    older.created_at = Some(t("2023-01-01T00:00:00Z"));
+    f.store.add(older, "test").unwrap();
+    let mut newer = NewMemory::new(Scope::user("u"), "went hiking ");
+    newer.scope.session_id = Some("s".into());
+    newer.created_at = Some(t("2023-06-01T00:00:00Z"));
+    f.store.add(newer, "test").unwrap();
+    add(
+        &f.store,
+        "u",
+        "hiking in the mountains, hiking by the lake, hiking everywhere",
+    );
+    let hits = f
+        .store
+        .search_lexical(&Filter::user("u"), "hiking", 10)
+        .unwrap();
+    assert_eq!(hits.len(), 3);
+    assert!(hits[0].memory.text.contains("everywhere"));
+    assert!(hits[0].bm25 > hits[1].bm25);
+    assert_eq!(hits[1].bm25, hits[2].bm25);
+    assert_eq!(hits[1].memory.created_at, t("2023-06-01T00:00:00Z"));
+}
+
+#[test]
+fn filters_narrow_search_and_list() {
+    let f = fixture();
+    let scope = Scope::user("u");
+    let mk = |text: &str, kind, cat: &str, imp: i64, at: &str, dia: &str| {
+        NewMemory::new(scope.clone(), text)
+            .with_kind(kind)
+            .with_category(cat)
+            .with_importance(Importance::new(imp).unwrap())
+            .at(t(at))
+            .with_meta("dia_id", json!(dia))
+            .with_meta("turn", json!(dia.len()))
+    };
+    for m in [
+        mk(
+            "coffee in May",
+            Kind::Episode,
+            "task_result",
+            2,
+            "2023-05-10T00:00:00Z",
+            "D1",
+        ),
+        mk(
+            "coffee preference: oat milk",
+            Kind::Preference,
+            "user_preference",
+            4,
+            "2023-06-10T00:00:00Z",
+            "D22",
+        ),
+        mk(
+            "coffee fact",
+            Kind::Fact,
+            "user_info",
+            5,
+            "2023-07-10T00:00:00Z",
+            "D333",
+        ),
+    ] {
+        f.store.add(m, "test").unwrap();
+    }
+    let base = Filter::user("u");
+    let run = |filter: Filter| search(&f.store, &filter, "coffee");
+    assert_eq!(
+        run(Filter {
+            kinds: vec![Kind::Fact, Kind::Episode],
+            ..base.clone()
+        })
+        .len(),
+        2
+    );
+    assert_eq!(
+        run(Filter {
+            categories: vec!["user_info".into()],
+            ..base.clone()
+        }),
+        ["coffee fact"]
+    );
+    assert_eq!(
+        run(Filter {
+            since: Some(t("2023-06-01T00:00:00Z")),
+            until: Some(t("2023-07-01T00:00:00Z")),
+            ..base.clone()
+        }),
+        ["coffee preference: oat milk"]
+    );
+    assert_eq!(
+        run(Filter {
+            min_importance: Some(Importance::new(4).unwrap()),
+            ..base.clone()
+        })
+        .len(),
+        2
+    );
+    let meta = |k: &str, v: &str| MetaCondition {
+        key: k.into(),
+        value: v.into(),
+    };
+    assert_eq!(
+        run(Filter {
+            metadata: vec![meta("dia_id", "D22")],
+            ..base.clone()
+        }),
+        ["coffee preference: oat milk"]
+    );
+    assert_eq!(
+        run(Filter {
+            metadata: vec![meta("turn", "4")],
+            ..base.clone()
+        }),
+        ["coffee fact"]
+    );
+    assert!(
+        run(Filter {
+            metadata: vec![meta("missing", "x")],
+            ..base.clone()
+        })
+        .is_empty()
+    );
+    let listed = f.store.list(&base, 2, 0).unwrap();
+    assert_eq!(listed[0].text, "coffee fact");
+    assert_eq!(listed.len(), 2);
+    assert_eq!(f.store.list(&base, 10, 2).unwrap()[0].text, "coffee in May");
+}
+
+#[test]
+fn queries_without_words_are_refused() {
+    let f = fixture();
+    add(&f.store, "u", "anything");
+    for q in ["", "   ", "?!", "\"*\""] {
+        let err = f
+            .store
+            .search_lexical(&Filter::user("u"), q, 5)
+            .unwrap_err();
+        assert!(matches!(err, StoreError::BadQuery(_)), "{q}: {err}");
+    }
+}
+
+#[test]
+fn forget_erases_a_user_and_nobody_else() {
+    let f = fixture();
+    let a = add(&f.store, "alice", "alice's memory");
+    add(&f.store, "bob", "bob's memory");
+    assert_eq!(f.store.forget_user("alice").unwrap(), 1);
+    assert!(
+        f.store
+            .list(&Filter::user("alice"), 10, 0)
+            .unwrap()
+            .is_empty()
+    );
+    assert!(matches!(f.store.history(a), Err(StoreError::NotFound(_))));
+    assert_eq!(search(&f.store, &Filter::user("bob"), "memory").len(), 1);
+}
+
+#[test]
+fn export_hands_over_everything_oldest_first() {
+    let f = fixture();
+    let mut old = NewMemory::new(Scope::user("u"), "old");
+    old.created_at = Some(t("2020-01-01T00:00:00Z"));
+    f.store.add(old, "test").unwrap();
+    let closed = add(&f.store, "u", "closed");
+    f.store.invalidate(closed, "test").unwrap();
+    let mut seen = Vec::new();
+    let n = f
+        .store
+        .export("u", &mut |m| {
+            seen.push(m.text);
+            Ok(())
+        })
+        .unwrap();
+    assert_eq!(n, 2);
+    assert_eq!(seen, ["old", "closed"]);
+}
+
+#[test]
+fn add_many_reports_each_item_and_keeps_the_good_ones() {
+    let f = fixture();
+    let outcomes = f
+        .store
+        .add_many(
+            vec![
+                NewMemory::new(Scope::user("u"), "one"),
+                NewMemory::new(Scope::user("u"), "  "),
+                NewMemory::new(Scope::user("u"), "one"),
+                NewMemory::new(Scope::user("u"), "two"),
+            ],
+            "import",
+        )
+        .unwrap();
+    assert!(matches!(outcomes[0], Ok(AddOutcome::Added(_))));
+    assert!(matches!(outcomes[1], Err(StoreError::Invalid(_))));
+    assert!(matches!(outcomes[2], Ok(AddOutcome::Duplicate(_))));
+    assert!(matches!(outcomes[3], Ok(AddOutcome::Added(_))));
+    assert_eq!(f.store.count(&Filter::user("u")).unwrap(), 2);
+}
+
+#[test]
+fn stats_count_what_is_there() {
+    let f = fixture();
+    add(&f.store, "a", "x1");
+    let id = add(&f.store, "b", "x2");
+    f.store.invalidate(id, "t").unwrap();
+    let stats = f.store.stats().unwrap();
+    assert_eq!((stats.memories, stats.users, stats.closed), (2, 2, 1));
+    assert_eq!(stats.by_kind.get(&Kind::Episode), Some(&2));
+    assert_eq!(stats.history_rows, 3);
+    assert!(stats.database_bytes > 0);
+}
+
+mod files {
+    use super::*;
+
+    #[test]
+    fn a_newer_schema_is_refused() {
+        let dir = TempDir::new().unwrap();
+        let path = dir.path().join("engram.db");
+        SqliteStore::open(&path).unwrap();
+        {
+            let conn = rusqlite::Connection::open(&path).unwrap();
+            conn.pragma_update(None, "user_version", 99).unwrap();
+        }
+        let err = SqliteStore::open(&path).unwrap_err();
+        assert!(matches!(err, StoreError::TooNew { found: 99, .. }), "{err}");
+        assert!(err.to_string().contains("newer engram"));
+    }
+
+    #[test]
+    fn another_programs_database_is_refused_and_left_alone() {
+        let dir = TempDir::new().unwrap();
+        let path = dir.path().join("other.db");
+        {
+            let conn = rusqlite::Connection::open(&path).unwrap();
+            conn.execute_batch("CREATE TABLE t (x); INSERT INTO t VALUES (1);")
+                .unwrap();
+        }
+        let before = std::fs::read(&path).unwrap();
+        let err = SqliteStore::open(&path).unwrap_err();
+        assert!(matches!(err, StoreError::NotEngram { .. }), "{err}");
+        let conn = rusqlite::Connection::open(&path).unwrap();
+        let n: i64 = conn
+            .query_row("SELECT count(*) FROM t", [], |r| r.get(0))
+            .unwrap();
+        assert_eq!(n, 1);
+        drop(conn);
+        assert_eq!(std::fs::read(&path).unwrap().len(), before.len());
+    }
+
+    #[test]
+    fn a_file_that_is_not_a_database_is_refused_and_left_alone() {
+        let dir = TempDir::new().unwrap();
+        let path = dir.path().join("engram.db");
+        let garbage = b"this is a text file, not a database, and it must survive\n".repeat(100);
+        std::fs::write(&path, &garbage).unwrap();
+        let err = SqliteStore::open(&path).unwrap_err();
+        assert!(matches!(err, StoreError::Corrupt { .. }), "{err}");
+        assert_eq!(std::fs::read(&path).unwrap(), garbage);
+    }
+
+    #[test]
+    fn data_survives_reopening() {
+        let dir = TempDir::new().unwrap();
+        let path = dir.path().join("engram.db");
+        let id = {
+            let store = SqliteStore::open(&path).unwrap();
+            add(&store, "u", "persisted")
+        };
+        let store = SqliteStore::open(&path).unwrap();
+        assert_eq!(store.get(id).unwrap().text, "persisted");
+        assert_eq!(search(&store, &Filter::user("u"), "persisted").len(), 1);
+    }
+
+    #[test]
+    fn concurrent_writers_through_separate_connections_lose_nothing() {
+        let dir = TempDir::new().unwrap();
+        let path = dir.path().join("engram.db");
+        let threads: Vec<_> = (0..4)
+            .map(|w| {
+                let path = path.clone();
+                std::thread::spawn(move || {
+                    let store = SqliteStore::open(&path).unwrap();
+                    for i in 0..50 {
+                        add(&store, "u", &format!("writer {w} item {i}"));
+                    }
+                })
+            })
+            .collect();
+        for t in threads {
+            t.join().unwrap();
+        }
+        let store = SqliteStore::open(&path).unwrap();
+        assert_eq!(store.count(&Filter::user("u")).unwrap(), 200);
+    }
+}
+
+mod properties {
+    use super::*;
+    use proptest::prelude::*;
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(64))]
+        #[test]
+        fn any_query_either_searches_or_is_refused_as_bad(query in "\\PC{0,40}") {
+            let f = fixture();
+            add(&f.store, "u", "some text to find, with ünïcödé and 中文");
+            match f.store.search_lexical(&Filter::user("u"), &query, 5) {
+                Ok(_) | Err(StoreError::BadQuery(_)) => {}
+                Err(other) => prop_assert!(false, "query {query:?} failed: {other}"),
+            }
+        }
+    }
+}
