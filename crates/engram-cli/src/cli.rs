@@ -1,0 +1,268 @@
+//! The command line: every command, flag and help text.
+
+use std::path::PathBuf;
+
+use clap::{Args, Parser, Subcommand};
+use engram_core::{Importance, Kind, MetaCondition};
+
+const AFTER_HELP: &str = "\
+Exit status: 0 success; 1 failure (storage, I/O); 2 bad usage or invalid input; \
+3 no such memory; 4 conflict (duplicate text, already invalidated); \
+5 finished, but some input lines were rejected.
+
+All state lives in ENGRAM_HOME (default ~/.engram): the database engram.db, config.toml, models.";
+
+/// engram: durable, layered memory for LLM agents.
+#[derive(Debug, Parser)]
+#[command(name = "engram", version, about, after_help = AFTER_HELP, max_term_width = 100)]
+pub struct Cli {
+    /// Directory holding all of engram's state.
+    #[arg(long, global = true, env = "ENGRAM_HOME", value_name = "DIR")]
+    pub home: Option<PathBuf>,
+
+    /// Print machine-readable JSON instead of text.
+    #[arg(long, global = true)]
+    pub json: bool,
+
+    /// What to do.
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+/// The commands.
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Remember one thing.
+    #[command(
+        after_help = "Example:\n  engram add --user alice --kind fact --category user_info \"Alice is a backend developer\""
+    )]
+    Add(AddArgs),
+    /// Import memories from a JSONL file (one JSON object a line; `-` reads standard input).
+    #[command(after_help = "\
+Each line: {\"user_id\": \"alice\", \"text\": \"...\"} plus optional agent_id, session_id, kind,
+category, importance (1-5), created_at (RFC 3339), metadata (object), and the other fields that
+`engram export` writes (id, updated_at, valid_from, valid_to, expires_at, source). Blank lines are
+skipped. Bad lines are reported with their number and reason; the good ones are still imported,
+and the exit status is 5 if any line was rejected.")]
+    Import(ImportArgs),
+    /// Search one user's memories (best first).
+    #[command(after_help = "\
+Examples:
+  engram search --user alice python version
+  engram search --user alice --kind fact --since 30d --explain editor
+  engram search --batch queries.jsonl --limit 10 --json   (lines: {\"user_id\": ..., \"query\": ...})")]
+    Search(SearchArgs),
+    /// List one user's memories, newest first.
+    List(ListArgs),
+    /// Show one memory.
+    Get(IdArgs),
+    /// Change a memory's text or attributes (the old text stays in its history).
+    Update(UpdateArgs),
+    /// Close a memory: it is kept, with its history, but no longer found by search.
+    Invalidate(IdArgs),
+    /// Remove a memory (its history keeps a record of the deletion).
+    Delete(IdArgs),
+    /// Show a memory's audit trail: every add, update, invalidate and delete.
+    History(IdArgs),
+    /// Erase every memory of a user, and their history.
+    Forget(ForgetArgs),
+    /// Write a user's memories as JSONL that `engram import` reads back identically.
+    Export(ExportArgs),
+    /// Totals: memories, users, kinds, database size.
+    Stats,
+    /// Measure engram's speed.
+    #[command(subcommand)]
+    Bench(BenchCommand),
+}
+
+/// Which memories: one user, optionally narrowed.
+#[derive(Debug, Clone, Args)]
+pub struct ScopeArgs {
+    /// The user whose memories these are (required).
+    #[arg(long, short = 'u', env = "ENGRAM_USER")]
+    pub user: Option<String>,
+    /// Narrow to one agent.
+    #[arg(long)]
+    pub agent: Option<String>,
+    /// Narrow to one session.
+    #[arg(long)]
+    pub session: Option<String>,
+}
+
+/// Filters shared by search and list.
+#[derive(Debug, Clone, Args)]
+pub struct FilterArgs {
+    /// Only these kinds (repeat, or separate with commas).
+    #[arg(long, value_delimiter = ',')]
+    pub kind: Vec<Kind>,
+    /// Only these categories (repeat, or separate with commas).
+    #[arg(long, value_delimiter = ',')]
+    pub category: Vec<String>,
+    /// Only memories created at or after this time (RFC 3339, a date, today, or an age like 7d).
+    #[arg(long, value_name = "TIME")]
+    pub since: Option<String>,
+    /// Only memories created before this time.
+    #[arg(long, value_name = "TIME")]
+    pub until: Option<String>,
+    /// Only memories at least this important (1-5).
+    #[arg(long, value_name = "N")]
+    pub min_importance: Option<Importance>,
+    /// Only memories whose metadata has key=value (repeatable; all must hold).
+    #[arg(long = "where", value_name = "KEY=VALUE")]
+    pub conditions: Vec<MetaCondition>,
+    /// Include invalidated and expired memories.
+    #[arg(long)]
+    pub all: bool,
+}
+
+/// `engram add`.
+#[derive(Debug, Args)]
+pub struct AddArgs {
+    #[command(flatten)]
+    pub scope: ScopeArgs,
+    /// What sort of memory.
+    #[arg(long, default_value = "episode")]
+    pub kind: Kind,
+    /// Free-text category, e.g. user_info, decision, task_result.
+    #[arg(long)]
+    pub category: Option<String>,
+    /// How much it matters, 1-5.
+    #[arg(long, default_value = "3")]
+    pub importance: Importance,
+    /// When it happened (default now): RFC 3339, a date, or an age like 2d.
+    #[arg(long, value_name = "TIME")]
+    pub at: Option<String>,
+    /// Forget it on its own at this time (or after this long, e.g. 30d).
+    #[arg(long, value_name = "TIME")]
+    pub expires: Option<String>,
+    /// Metadata entry (repeatable). Values that are JSON (numbers, true, {...}) are kept as JSON.
+    #[arg(long = "meta", value_name = "KEY=VALUE")]
+    pub meta: Vec<MetaCondition>,
+    /// Where it came from.
+    #[arg(long, default_value = "cli")]
+    pub source: String,
+    /// The text to remember (several words are joined with spaces).
+    #[arg(required = true, num_args = 1..)]
+    pub text: Vec<String>,
+}
+
+/// `engram import`.
+#[derive(Debug, Args)]
+pub struct ImportArgs {
+    /// The JSONL file, or `-` for standard input.
+    pub file: PathBuf,
+    /// Lines per transaction.
+    #[arg(long, default_value = "2000", value_parser = clap::value_parser!(u64).range(1..=100_000))]
+    pub batch_size: u64,
+}
+
+/// `engram search`.
+#[derive(Debug, Args)]
+pub struct SearchArgs {
+    #[command(flatten)]
+    pub scope: ScopeArgs,
+    #[command(flatten)]
+    pub filter: FilterArgs,
+    /// How many hits at most.
+    #[arg(long, short = 'k', default_value = "10")]
+    pub limit: usize,
+    /// Show how each score came about.
+    #[arg(long)]
+    pub explain: bool,
+    /// Run many searches: a JSONL file of {"user_id", "query"} lines (`-` for stdin); prints one
+    /// JSON array of hits per line, in the same order.
+    #[arg(long, value_name = "FILE", conflicts_with = "query")]
+    pub batch: Option<PathBuf>,
+    /// What to look for.
+    #[arg(required_unless_present = "batch", num_args = 1..)]
+    pub query: Vec<String>,
+}
+
+/// `engram list`.
+#[derive(Debug, Args)]
+pub struct ListArgs {
+    #[command(flatten)]
+    pub scope: ScopeArgs,
+    #[command(flatten)]
+    pub filter: FilterArgs,
+    /// How many memories at most.
+    #[arg(long, short = 'n', default_value = "20")]
+    pub limit: usize,
+    /// Skip this many (for paging).
+    #[arg(long, default_value = "0")]
+    pub offset: usize,
+}
+
+/// A command on one memory.
+#[derive(Debug, Args)]
+pub struct IdArgs {
+    /// The memory's id.
+    pub id: engram_core::MemoryId,
+}
+
+/// `engram update`.
+#[derive(Debug, Args)]
+pub struct UpdateArgs {
+    /// The memory's id.
+    pub id: engram_core::MemoryId,
+    /// The new text (several words are joined with spaces).
+    pub text: Vec<String>,
+    /// New importance.
+    #[arg(long)]
+    pub importance: Option<Importance>,
+    /// New category.
+    #[arg(long)]
+    pub category: Option<String>,
+}
+
+/// `engram forget`.
+#[derive(Debug, Args)]
+pub struct ForgetArgs {
+    /// The user to erase.
+    #[arg(long, short = 'u', env = "ENGRAM_USER")]
+    pub user: Option<String>,
+    /// Do not ask for confirmation (needed when not on a terminal).
+    #[arg(long, short = 'y')]
+    pub yes: bool,
+}
+
+/// `engram export`.
+#[derive(Debug, Args)]
+pub struct ExportArgs {
+    /// The user to export.
+    #[arg(long, short = 'u', env = "ENGRAM_USER")]
+    pub user: Option<String>,
+    /// Write to this file (atomically) instead of standard output.
+    #[arg(long, short = 'o')]
+    pub output: Option<PathBuf>,
+}
+
+/// `engram bench ...`.
+#[derive(Debug, Subcommand)]
+pub enum BenchCommand {
+    /// Store speed: import throughput, search latency, one-shot search time, size, peak RSS.
+    Store(BenchStoreArgs),
+}
+
+/// `engram bench store`.
+#[derive(Debug, Args)]
+pub struct BenchStoreArgs {
+    /// Store sizes to measure (comma-separated).
+    #[arg(long, value_delimiter = ',', default_value = "10000,100000,1000000")]
+    pub sizes: Vec<usize>,
+    /// How many users the memories are spread over.
+    #[arg(long, default_value = "100")]
+    pub users: usize,
+    /// Searches per size.
+    #[arg(long, default_value = "1000")]
+    pub queries: usize,
+    /// Runs of the one-shot `engram search` process per size.
+    #[arg(long, default_value = "20")]
+    pub process_runs: usize,
+    /// Where to build the benchmark stores (default: a temporary directory).
+    #[arg(long)]
+    pub dir: Option<PathBuf>,
+    /// Random seed for the synthetic data.
+    #[arg(long, default_value = "7")]
+    pub seed: u64,
+}

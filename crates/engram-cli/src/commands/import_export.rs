@@ -1,0 +1,299 @@
+//! `engram import` and `engram export`: JSONL in, JSONL out, and the two agree exactly.
+
+use std::fs::File;
+use std::io::{BufRead, BufReader, BufWriter, IsTerminal, Read, Write};
+use std::path::Path;
+
+use anyhow::{Context as _, Result};
+use engram_core::{
+    AddOutcome, Importance, Kind, MemoryId, MemoryStore, NewMemory, Scope, StoreError,
+};
+use indicatif::{ProgressBar, ProgressStyle};
+use jiff::Timestamp;
+use jiff::tz::TimeZone;
+use serde::{Deserialize, Serialize};
+use serde_json::{Map, Value};
+
+use super::{Context, require_user};
+use crate::cli::{ExportArgs, ImportArgs};
+use crate::exit::Status;
+use crate::output;
+
+/// One line of an import file. Field names match what `engram export` writes.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct ImportRecord {
+    id: Option<String>,
+    user_id: String,
+    agent_id: Option<String>,
+    session_id: Option<String>,
+    kind: Option<String>,
+    text: String,
+    category: Option<String>,
+    importance: Option<i64>,
+    metadata: Option<Value>,
+    created_at: Option<String>,
+    updated_at: Option<String>,
+    valid_from: Option<String>,
+    valid_to: Option<String>,
+    expires_at: Option<String>,
+    source: Option<String>,
+    /// Written by export; recomputed on import.
+    #[allow(dead_code)]
+    content_hash: Option<String>,
+}
+
+fn time_field(name: &str, value: Option<String>) -> Result<Option<Timestamp>, String> {
+    value
+        .map(|v| {
+            engram_core::time::parse_time(&v, Timestamp::now(), &TimeZone::UTC)
+                .map_err(|e| format!("{name}: {e}"))
+        })
+        .transpose()
+}
+
+impl ImportRecord {
+    fn into_new_memory(self) -> Result<NewMemory, String> {
+        let metadata = match self.metadata {
+            None | Some(Value::Null) => Map::new(),
+            Some(Value::Object(map)) => map,
+            Some(_) => return Err("metadata must be a JSON object".to_string()),
+        };
+        let memory = NewMemory {
+            id: self
+                .id
+                .map(|id| id.parse::<MemoryId>().map_err(|e| e.to_string()))
+                .transpose()?,
+            scope: Scope {
+                user_id: self.user_id,
+                agent_id: self.agent_id,
+                session_id: self.session_id,
+            },
+            kind: self
+                .kind
+                .map(|k| k.parse::<Kind>().map_err(|e| e.to_string()))
+                .transpose()?
+                .unwrap_or(Kind::Episode),
+            text: self.text,
+            category: self.category,
+            importance: self
+                .importance
+                .map(|i| Importance::new(i).map_err(|e| e.to_string()))
+                .transpose()?
+                .unwrap_or_default(),
+            metadata,
+            created_at: time_field("created_at", self.created_at)?,
+            updated_at: time_field("updated_at", self.updated_at)?,
+            valid_from: time_field("valid_from", self.valid_from)?,
+            valid_to: time_field("valid_to", self.valid_to)?,
+            expires_at: time_field("expires_at", self.expires_at)?,
+            source: self.source.unwrap_or_else(|| "import".to_string()),
+        };
+        memory.validate().map_err(|e| e.to_string())?;
+        Ok(memory)
+    }
+}
+
+/// serde_json's message without its " at line 1 column 7" (the file's line is reported instead).
+fn json_error(err: &serde_json::Error) -> String {
+    let text = err.to_string();
+    match text.rfind(" at line ") {
+        Some(cut) => text[..cut].to_string(),
+        None => text,
+    }
+}
+
+fn parse_line(bytes: &[u8]) -> Result<NewMemory, String> {
+    let line = std::str::from_utf8(bytes).map_err(|_| "not valid UTF-8".to_string())?;
+    let record: ImportRecord = serde_json::from_str(line).map_err(|e| json_error(&e))?;
+    record.into_new_memory()
+}
+
+#[derive(Debug, Default, Serialize)]
+struct ImportSummary {
+    added: u64,
+    duplicates: u64,
+    rejected: Vec<Rejection>,
+}
+
+#[derive(Debug, Serialize)]
+struct Rejection {
+    line: u64,
+    error: String,
+}
+
+fn progress_bar(total_bytes: Option<u64>) -> ProgressBar {
+    if !std::io::stderr().is_terminal() {
+        return ProgressBar::hidden();
+    }
+    match total_bytes {
+        Some(total) => ProgressBar::new(total).with_style(
+            ProgressStyle::with_template(
+                "{spinner} importing [{bar:30}] {bytes}/{total_bytes} {msg} ({eta} left)",
+            )
+            .unwrap_or_else(|_| ProgressStyle::default_bar())
+            .progress_chars("=> "),
+        ),
+        None => ProgressBar::new_spinner().with_style(
+            ProgressStyle::with_template("{spinner} importing {bytes} {msg}")
+                .unwrap_or_else(|_| ProgressStyle::default_spinner()),
+        ),
+    }
+}
+
+pub fn import(ctx: &Context, args: ImportArgs) -> Result<Status> {
+    let (reader, total): (Box<dyn Read>, Option<u64>) = if args.file == Path::new("-") {
+        (Box::new(std::io::stdin().lock()), None)
+    } else {
+        let file = File::open(&args.file)
+            .with_context(|| format!("cannot open {}", args.file.display()))?;
+        let size = file.metadata().ok().map(|m| m.len());
+        (Box::new(file), size)
+    };
+    let store = ctx.home.open_store()?;
+    let progress = progress_bar(total);
+    let mut reader = BufReader::with_capacity(1 << 16, progress.wrap_read(reader));
+    let mut summary = ImportSummary::default();
+    let batch_size = usize::try_from(args.batch_size).unwrap_or(2000);
+    let mut batch: Vec<(u64, NewMemory)> = Vec::with_capacity(batch_size);
+    let mut line_no = 0u64;
+    let mut buf = Vec::new();
+    loop {
+        buf.clear();
+        let read = reader
+            .read_until(b'\n', &mut buf)
+            .with_context(|| format!("cannot read {}", args.file.display()))?;
+        if read == 0 {
+            break;
+        }
+        line_no += 1;
+        if buf.iter().all(u8::is_ascii_whitespace) {
+            continue;
+        }
+        match parse_line(&buf) {
+            Ok(memory) => batch.push((line_no, memory)),
+            Err(error) => summary.rejected.push(Rejection {
+                line: line_no,
+                error,
+            }),
+        }
+        if batch.len() >= batch_size {
+            flush(&store, &mut batch, &mut summary)?;
+            progress.set_message(format!("{} added", summary.added));
+        }
+    }
+    flush(&store, &mut batch, &mut summary)?;
+    progress.finish_and_clear();
+
+    summary.rejected.sort_by_key(|r| r.line);
+    if ctx.json {
+        output::json(&summary)?;
+    } else {
+        for rejection in &summary.rejected {
+            eprintln!("line {}: {}", rejection.line, rejection.error);
+        }
+        println!(
+            "imported {} memories: {} added, {} duplicates, {} rejected",
+            summary.added + summary.duplicates,
+            summary.added,
+            summary.duplicates,
+            summary.rejected.len()
+        );
+    }
+    Ok(if summary.rejected.is_empty() {
+        Status::Success
+    } else {
+        Status::Partial
+    })
+}
+
+/// Stores one batch in one transaction. A failure of the whole batch (disk full, locked for too
+/// long) stops the import: earlier batches are committed, this one is not.
+fn flush(
+    store: &dyn MemoryStore,
+    batch: &mut Vec<(u64, NewMemory)>,
+    summary: &mut ImportSummary,
+) -> Result<()> {
+    if batch.is_empty() {
+        return Ok(());
+    }
+    let (lines, memories): (Vec<u64>, Vec<NewMemory>) = std::mem::take(batch).into_iter().unzip();
+    let first = lines.first().copied().unwrap_or(0);
+    let outcomes = store
+        .add_many(memories, "import")
+        .with_context(|| format!("import stopped at line {first}; lines before it were stored"))?;
+    for (line, outcome) in lines.into_iter().zip(outcomes) {
+        match outcome {
+            Ok(AddOutcome::Added(_)) => summary.added += 1,
+            Ok(AddOutcome::Duplicate(_)) => summary.duplicates += 1,
+            Err(StoreError::Invalid(e)) => summary.rejected.push(Rejection {
+                line,
+                error: e.to_string(),
+            }),
+            Err(e) => summary.rejected.push(Rejection {
+                line,
+                error: e.to_string(),
+            }),
+        }
+    }
+    Ok(())
+}
+
+pub fn export(ctx: &Context, args: ExportArgs) -> Result<Status> {
+    let user = require_user(args.user)?;
+    let store = ctx.home.open_store()?;
+    let count = match &args.output {
+        None => {
+            let mut out = BufWriter::new(std::io::stdout().lock());
+            let n = write_jsonl(&store, &user, &mut out)?;
+            out.flush()?;
+            n
+        }
+        Some(path) => {
+            // Write beside the target and rename, so a reader never sees half a file.
+            let dir = path
+                .parent()
+                .filter(|p| !p.as_os_str().is_empty())
+                .unwrap_or(Path::new("."));
+            let mut tmp = tempfile_in(dir)?;
+            let n = {
+                let mut out = BufWriter::new(tmp.as_file_mut());
+                let n = write_jsonl(&store, &user, &mut out)?;
+                out.flush()?;
+                n
+            };
+            tmp.as_file().sync_all()?;
+            tmp.persist(path)
+                .with_context(|| format!("cannot write {}", path.display()))?;
+            n
+        }
+    };
+    if args.output.is_some() || ctx.json {
+        eprintln!("exported {count} memories of {user}");
+    }
+    Ok(Status::Success)
+}
+
+fn tempfile_in(dir: &Path) -> Result<tempfile::NamedTempFile> {
+    tempfile::Builder::new()
+        .prefix(".engram-export")
+        .tempfile_in(dir)
+        .with_context(|| format!("cannot create a file in {}", dir.display()))
+}
+
+fn write_jsonl(store: &dyn MemoryStore, user: &str, out: &mut dyn Write) -> Result<u64> {
+    let mut write_error = None;
+    let n = store.export(user, &mut |memory| {
+        let line =
+            serde_json::to_string(&memory).map_err(|e| StoreError::Backend(e.to_string()))?;
+        if let Err(e) = writeln!(out, "{line}") {
+            write_error = Some(e);
+            return Err(StoreError::Backend("output closed".to_string()));
+        }
+        Ok(())
+    });
+    if let Some(e) = write_error {
+        return Err(e).context("cannot write the export");
+    }
+    Ok(n?)
+}

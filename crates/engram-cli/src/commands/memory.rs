@@ -1,0 +1,206 @@
+//! Commands on single memories and listings: add, get, update, invalidate, delete, history,
+//! list, forget, stats.
+
+use std::io::{BufRead, IsTerminal, Write};
+
+use anyhow::Result;
+use engram_core::store::MemoryPatch;
+use engram_core::{AddOutcome, MemoryStore, NewMemory};
+use serde_json::{Value, json};
+
+use super::{Context, filter_from, parse_cli_time, require_user, scope_from};
+use crate::cli::{AddArgs, ForgetArgs, IdArgs, ListArgs, UpdateArgs};
+use crate::exit::{Status, usage};
+use crate::output;
+
+/// A `--meta` value: JSON when it reads as JSON (3, true, {"a":1}), else a string.
+fn meta_value(raw: &str) -> Value {
+    serde_json::from_str(raw).unwrap_or_else(|_| Value::String(raw.to_string()))
+}
+
+pub fn add(ctx: &Context, args: AddArgs) -> Result<Status> {
+    let mut memory = NewMemory::new(scope_from(&args.scope)?, args.text.join(" "))
+        .with_kind(args.kind)
+        .with_importance(args.importance)
+        .with_source(args.source);
+    memory.category = args.category;
+    memory.created_at = args
+        .at
+        .as_deref()
+        .map(|s| parse_cli_time("--at", s))
+        .transpose()?;
+    if let Some(expires) = args.expires.as_deref() {
+        memory.expires_at = Some(match engram_core::time::parse_duration(expires) {
+            // A bare duration means "from now".
+            Ok(after) if !expires.trim().chars().all(|c| c.is_ascii_digit()) => {
+                jiff::Timestamp::now()
+                    .checked_add(after)
+                    .map_err(|e| usage(format!("--expires: {e}")))?
+            }
+            _ => parse_cli_time("--expires", expires)?,
+        });
+    }
+    for entry in args.meta {
+        memory.metadata.insert(entry.key, meta_value(&entry.value));
+    }
+    memory.validate().map_err(|e| usage(e.to_string()))?;
+    let store = ctx.home.open_store()?;
+    match store.add(memory, "cli")? {
+        AddOutcome::Added(memory) => {
+            if ctx.json {
+                output::json(&json!({"status": "added", "id": memory.id, "memory": memory}))?;
+            } else {
+                println!("added {}", memory.id);
+            }
+        }
+        AddOutcome::Duplicate(id) => {
+            if ctx.json {
+                output::json(&json!({"status": "duplicate", "id": id}))?;
+            } else {
+                println!("already stored as {id} (same text in the same scope)");
+            }
+        }
+    }
+    Ok(Status::Success)
+}
+
+pub fn get(ctx: &Context, args: IdArgs) -> Result<Status> {
+    let memory = ctx.home.open_store()?.get(args.id)?;
+    if ctx.json {
+        output::json(&memory)?;
+    } else {
+        println!("{}", output::memory_detail(&memory));
+    }
+    Ok(Status::Success)
+}
+
+pub fn update(ctx: &Context, args: UpdateArgs) -> Result<Status> {
+    let patch = MemoryPatch {
+        text: (!args.text.is_empty()).then(|| args.text.join(" ")),
+        category: args.category.map(Some),
+        importance: args.importance,
+        ..MemoryPatch::default()
+    };
+    if patch.is_empty() {
+        return Err(usage(
+            "nothing to change: give the new text, --importance or --category",
+        ));
+    }
+    let memory = ctx.home.open_store()?.update(args.id, patch, "cli")?;
+    if ctx.json {
+        output::json(&memory)?;
+    } else {
+        println!("updated {}", memory.id);
+    }
+    Ok(Status::Success)
+}
+
+pub fn invalidate(ctx: &Context, args: IdArgs) -> Result<Status> {
+    let memory = ctx.home.open_store()?.invalidate(args.id, "cli")?;
+    if ctx.json {
+        output::json(&memory)?;
+    } else {
+        println!("invalidated {} (kept in history)", memory.id);
+    }
+    Ok(Status::Success)
+}
+
+pub fn delete(ctx: &Context, args: IdArgs) -> Result<Status> {
+    let memory = ctx.home.open_store()?.delete(args.id, "cli")?;
+    if ctx.json {
+        output::json(&json!({"status": "deleted", "id": memory.id}))?;
+    } else {
+        println!("deleted {}", memory.id);
+    }
+    Ok(Status::Success)
+}
+
+pub fn history(ctx: &Context, args: IdArgs) -> Result<Status> {
+    let events = ctx.home.open_store()?.history(args.id)?;
+    if ctx.json {
+        output::json(&events)?;
+    } else {
+        for event in &events {
+            println!("{}", output::history_line(event));
+        }
+    }
+    Ok(Status::Success)
+}
+
+pub fn list(ctx: &Context, args: ListArgs) -> Result<Status> {
+    let filter = filter_from(&args.scope, &args.filter)?;
+    let memories = ctx
+        .home
+        .open_store()?
+        .list(&filter, args.limit, args.offset)?;
+    if ctx.json {
+        output::json(&memories)?;
+    } else if memories.is_empty() {
+        eprintln!("no memories match");
+    } else {
+        for memory in &memories {
+            println!("{}", output::memory_line(memory));
+        }
+    }
+    Ok(Status::Success)
+}
+
+pub fn forget(ctx: &Context, args: ForgetArgs) -> Result<Status> {
+    let user = require_user(args.user)?;
+    let store = ctx.home.open_store()?;
+    if !args.yes {
+        if !std::io::stdin().is_terminal() {
+            return Err(usage(format!(
+                "refusing to erase {user}'s memories without confirmation; pass --yes"
+            )));
+        }
+        let filter = engram_core::Filter {
+            include_closed: true,
+            ..engram_core::Filter::user(user.clone())
+        };
+        let count = store.count(&filter)?;
+        eprint!(
+            "Erase all {count} memories of {user}, and their history? This cannot be undone. [y/N] "
+        );
+        std::io::stderr().flush()?;
+        let mut answer = String::new();
+        std::io::stdin().lock().read_line(&mut answer)?;
+        if !matches!(answer.trim().to_ascii_lowercase().as_str(), "y" | "yes") {
+            eprintln!("nothing erased");
+            return Ok(Status::Failure);
+        }
+    }
+    let removed = store.forget_user(&user)?;
+    if ctx.json {
+        output::json(&json!({"status": "forgotten", "user_id": user, "memories": removed}))?;
+    } else {
+        println!("erased {removed} memories of {user}");
+    }
+    Ok(Status::Success)
+}
+
+pub fn stats(ctx: &Context) -> Result<Status> {
+    let stats = ctx.home.open_store()?.stats()?;
+    if ctx.json {
+        output::json(&stats)?;
+        return Ok(Status::Success);
+    }
+    println!("database    {}", stats.path.display());
+    println!("schema      v{}", stats.schema_version);
+    println!(
+        "size        {:.1} MiB",
+        stats.database_bytes as f64 / 1048576.0
+    );
+    println!("users       {}", stats.users);
+    println!(
+        "memories    {} ({} current, {} closed or expired)",
+        stats.memories,
+        stats.memories.saturating_sub(stats.closed),
+        stats.closed
+    );
+    for (kind, n) in &stats.by_kind {
+        println!("  {:<10}{n}", kind.as_str());
+    }
+    println!("history     {} rows", stats.history_rows);
+    Ok(Status::Success)
+}

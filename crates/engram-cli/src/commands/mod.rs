@@ -1,0 +1,96 @@
+//! One module per group of commands; [`run`] dispatches.
+
+mod import_export;
+mod memory;
+mod search;
+
+use anyhow::Result;
+use engram_core::{Filter, Scope};
+use jiff::Timestamp;
+use jiff::tz::TimeZone;
+
+use crate::cli::{Cli, Command, FilterArgs, ScopeArgs};
+use crate::exit::{Status, usage};
+use crate::home::Home;
+
+/// What every command gets: where state lives and how to print.
+#[derive(Debug, Clone)]
+pub struct Context {
+    /// ENGRAM_HOME.
+    pub home: Home,
+    /// Print JSON instead of text.
+    pub json: bool,
+}
+
+/// Runs the command line, returning the exit status.
+pub fn run(cli: Cli) -> Result<Status> {
+    let ctx = Context {
+        home: Home::resolve(cli.home)?,
+        json: cli.json,
+    };
+    match cli.command {
+        Command::Add(args) => memory::add(&ctx, args),
+        Command::Import(args) => import_export::import(&ctx, args),
+        Command::Export(args) => import_export::export(&ctx, args),
+        Command::Search(args) => search::search(&ctx, args),
+        Command::List(args) => memory::list(&ctx, args),
+        Command::Get(args) => memory::get(&ctx, args),
+        Command::Update(args) => memory::update(&ctx, args),
+        Command::Invalidate(args) => memory::invalidate(&ctx, args),
+        Command::Delete(args) => memory::delete(&ctx, args),
+        Command::History(args) => memory::history(&ctx, args),
+        Command::Forget(args) => memory::forget(&ctx, args),
+        Command::Stats => memory::stats(&ctx),
+        Command::Bench(command) => crate::bench::run(&ctx, command),
+    }
+}
+
+/// The user, which every memory command needs.
+pub fn require_user(user: Option<String>) -> Result<String> {
+    match user {
+        Some(user) if !user.trim().is_empty() => Ok(user),
+        _ => Err(usage(
+            "--user is required (whose memories?); pass --user NAME or set ENGRAM_USER",
+        )),
+    }
+}
+
+/// Reads a time given on the command line, in the local zone.
+pub fn parse_cli_time(flag: &str, value: &str) -> Result<Timestamp> {
+    engram_core::time::parse_time(value, Timestamp::now(), &TimeZone::system())
+        .map_err(|e| usage(format!("{flag}: {e}")))
+}
+
+/// The scope named by `--user/--agent/--session`.
+pub fn scope_from(args: &ScopeArgs) -> Result<Scope> {
+    Ok(Scope {
+        user_id: require_user(args.user.clone())?,
+        agent_id: args.agent.clone(),
+        session_id: args.session.clone(),
+    })
+}
+
+/// The filter named by the scope and filter flags.
+pub fn filter_from(scope: &ScopeArgs, args: &FilterArgs) -> Result<Filter> {
+    let scope = scope_from(scope)?;
+    Ok(Filter {
+        user_id: scope.user_id,
+        agent_id: scope.agent_id,
+        session_id: scope.session_id,
+        kinds: args.kind.clone(),
+        categories: args.category.clone(),
+        since: args
+            .since
+            .as_deref()
+            .map(|s| parse_cli_time("--since", s))
+            .transpose()?,
+        until: args
+            .until
+            .as_deref()
+            .map(|s| parse_cli_time("--until", s))
+            .transpose()?,
+        min_importance: args.min_importance,
+        metadata: args.conditions.clone(),
+        include_closed: args.all,
+    })
+}

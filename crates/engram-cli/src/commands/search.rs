@@ -1,0 +1,146 @@
+//! `engram search`: one query, or a batch of them.
+
+use std::fs::File;
+use std::io::{BufRead, BufReader, BufWriter, Read, Write};
+use std::path::Path;
+use std::sync::Arc;
+
+use anyhow::{Context as _, Result};
+use engram_core::{Filter, Memory};
+use engram_memory::{ScoreParts, SearchHit, SearchRequest, Searcher};
+use serde::{Deserialize, Serialize};
+
+use super::{Context, filter_from};
+use crate::cli::SearchArgs;
+use crate::exit::{Status, usage};
+use crate::output;
+
+/// A hit as scripts see it: the memory's fields, its score and, if asked, the score's parts.
+#[derive(Debug, Serialize)]
+struct HitJson<'a> {
+    #[serde(flatten)]
+    memory: &'a Memory,
+    score: f64,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    explain: Option<&'a ScoreParts>,
+}
+
+fn hits_json(hits: &[SearchHit], explain: bool) -> Vec<HitJson<'_>> {
+    hits.iter()
+        .map(|hit| HitJson {
+            memory: &hit.memory,
+            score: hit.score,
+            explain: explain.then_some(&hit.parts),
+        })
+        .collect()
+}
+
+fn explain_line(parts: &ScoreParts) -> String {
+    let mut pieces = Vec::new();
+    if let Some(bm25) = parts.bm25 {
+        pieces.push(format!("bm25 {bm25:.3}"));
+    }
+    if let Some(rank) = parts.lexical_rank {
+        pieces.push(format!("lexical rank {rank}"));
+    }
+    pieces.join(", ")
+}
+
+pub fn search(ctx: &Context, args: SearchArgs) -> Result<Status> {
+    if args.limit == 0 {
+        return Err(usage("--limit must be at least 1"));
+    }
+    if let Some(batch) = &args.batch {
+        return search_batch(ctx, batch, args.limit);
+    }
+    let query = args.query.join(" ");
+    if query.trim().is_empty() {
+        return Err(usage("the search query is empty"));
+    }
+    let filter = filter_from(&args.scope, &args.filter)?;
+    let searcher = Searcher::new(Arc::new(ctx.home.open_store()?));
+    let hits = searcher.search(&SearchRequest {
+        filter,
+        query,
+        limit: args.limit,
+    })?;
+    if ctx.json {
+        output::json(&hits_json(&hits, args.explain))?;
+        return Ok(Status::Success);
+    }
+    if hits.is_empty() {
+        eprintln!("no memories match");
+    }
+    for (i, hit) in hits.iter().enumerate() {
+        println!(
+            "{:>2}. {:.3}  {}  {}",
+            i + 1,
+            hit.score,
+            output::local_time(hit.memory.created_at),
+            output::one_line(&hit.memory.text)
+        );
+        if args.explain {
+            println!("      id {}  {}", hit.memory.id, explain_line(&hit.parts));
+        }
+    }
+    Ok(Status::Success)
+}
+
+/// One line of a batch file.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct BatchQuery {
+    user_id: String,
+    query: String,
+    limit: Option<usize>,
+    agent_id: Option<String>,
+    session_id: Option<String>,
+}
+
+/// Answers every line with one JSON array, in order. A bad line gets `[]` and a message on
+/// standard error, so outputs stay aligned with inputs; the exit status then says 5.
+fn search_batch(ctx: &Context, path: &Path, default_limit: usize) -> Result<Status> {
+    let reader: Box<dyn Read> = if path == Path::new("-") {
+        Box::new(std::io::stdin().lock())
+    } else {
+        Box::new(File::open(path).with_context(|| format!("cannot open {}", path.display()))?)
+    };
+    let searcher = Searcher::new(Arc::new(ctx.home.open_store()?));
+    let mut out = BufWriter::new(std::io::stdout().lock());
+    let mut failures = 0u64;
+    for (index, line) in BufReader::new(reader).lines().enumerate() {
+        let line = line.with_context(|| format!("cannot read {}", path.display()))?;
+        if line.trim().is_empty() {
+            continue;
+        }
+        let result = serde_json::from_str::<BatchQuery>(&line)
+            .map_err(|e| e.to_string())
+            .and_then(|q| {
+                let request = SearchRequest {
+                    filter: Filter {
+                        agent_id: q.agent_id,
+                        session_id: q.session_id,
+                        ..Filter::user(q.user_id)
+                    },
+                    query: q.query,
+                    limit: q.limit.unwrap_or(default_limit),
+                };
+                searcher.search(&request).map_err(|e| e.to_string())
+            });
+        match result {
+            Ok(hits) => serde_json::to_writer(&mut out, &hits_json(&hits, false))?,
+            Err(error) => {
+                failures += 1;
+                eprintln!("line {}: {error}", index + 1);
+                out.write_all(b"[]")?;
+            }
+        }
+        out.write_all(b"\n")?;
+    }
+    out.flush()?;
+    Ok(if failures == 0 {
+        Status::Success
+    } else {
+        Status::Partial
+    })
+}
