@@ -14,6 +14,7 @@ pub mod time;
 pub mod tool;
 
 pub use clock::{Clock, FixedClock, SystemClock};
+pub use embed::{EmbedError, Embedder, Embedding};
 pub use filter::{Filter, MetaCondition};
 pub use llm::{
     AssistantMessage, ChatModel, ChatRequest, ChatResponse, EventSink, FinishReason, LlmError,
