@@ -518,6 +518,11 @@ impl ResponseAssembler {
         self.finish_reason.is_some()
     }
 
+    /// The tool calls received so far (a call's name or id may still be empty).
+    pub fn tool_calls(&self) -> &[ToolCall] {
+        &self.message.tool_calls
+    }
+
     /// The text received so far.
     pub fn text(&self) -> &str {
         &self.message.content
