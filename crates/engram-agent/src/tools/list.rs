@@ -18,14 +18,24 @@ pub const DEFAULT_MAX_ENTRIES: usize = 500;
 pub struct ListDirTool {
     workspace: Workspace,
     max_entries: usize,
+    description: String,
 }
 
 impl ListDirTool {
     /// list_dir over `workspace`, showing at most `max_entries` entries per call.
     pub fn new(workspace: Workspace, max_entries: usize) -> Self {
+        let max_entries = max_entries.max(1);
+        let description = format!(
+            "List a directory in the workspace: one entry per line, sorted by name, each marked \
+             `dir`, `file` (with its size in bytes) or `link` (with its target). Hidden entries \
+             are included. Very large directories are cut after the first {max_entries} entries \
+             with a count of the rest. Paths are relative to the workspace; omit `path` for the \
+             workspace itself."
+        );
         Self {
             workspace,
-            max_entries: max_entries.max(1),
+            max_entries,
+            description,
         }
     }
 }
@@ -43,10 +53,7 @@ impl Tool for ListDirTool {
     }
 
     fn description(&self) -> &str {
-        "List a directory in the workspace: one entry per line, sorted by name, each marked `dir`, \
-         `file` (with its size in bytes) or `link` (with its target). Hidden entries are included. \
-         Very large directories are cut after the first 500 entries with a count of the rest. \
-         Paths are relative to the workspace; omit `path` for the workspace itself."
+        &self.description
     }
 
     fn parameters(&self) -> Value {

@@ -44,12 +44,26 @@ const SNIFF_BYTES: usize = 8192;
 pub struct ReadFileTool {
     workspace: Workspace,
     limits: ReadLimits,
+    description: String,
 }
 
 impl ReadFileTool {
     /// read_file over `workspace` with the given limits.
     pub fn new(workspace: Workspace, limits: ReadLimits) -> Self {
-        Self { workspace, limits }
+        let description = format!(
+            "Read a text file from the workspace. Each line is shown with its line number, \
+             right-aligned, followed by an arrow, e.g. `    12→fn main() {{`; the number and arrow \
+             are not part of the file, so leave them out when you copy text into edit_file. By \
+             default up to {} lines are shown starting at line 1; for long files use `offset` \
+             (the 1-based line to start at) and `limit` (how many lines). When output is cut, a \
+             note at the end says which offset to use next. Paths are relative to the workspace.",
+            limits.default_lines
+        );
+        Self {
+            workspace,
+            limits,
+            description,
+        }
     }
 }
 
@@ -68,12 +82,7 @@ impl Tool for ReadFileTool {
     }
 
     fn description(&self) -> &str {
-        "Read a text file from the workspace. Each line is shown with its line number, right-aligned, \
-         followed by an arrow, e.g. `    12→fn main() {`; the number and arrow are not part of the file, \
-         so leave them out when you copy text into edit_file. By default up to 2000 lines are shown \
-         starting at line 1; for long files use `offset` (the 1-based line to start at) and `limit` \
-         (how many lines). When output is cut, a note at the end says which offset to use next. \
-         Paths are relative to the workspace."
+        &self.description
     }
 
     fn parameters(&self) -> Value {
@@ -92,7 +101,10 @@ impl Tool for ReadFileTool {
                 "limit": {
                     "type": "integer",
                     "minimum": 1,
-                    "description": "Maximum number of lines to return. Default 2000."
+                    "description": format!(
+                        "Maximum number of lines to return. Default {}.",
+                        self.limits.default_lines
+                    )
                 }
             },
             "required": ["path"],

@@ -94,10 +94,11 @@ fn write_file(path: &Path, shown: &str, content: &str) -> ToolOutput {
         return ToolOutput::error(format!("cannot write {shown}: {e}"));
     }
     let verb = if existed { "Overwrote" } else { "Created" };
+    let lines = count_lines(content);
+    let noun = if lines == 1 { "line" } else { "lines" };
     ToolOutput::ok(format!(
-        "{verb} {shown} ({} bytes, {} lines).",
-        content.len(),
-        count_lines(content)
+        "{verb} {shown} ({} bytes, {lines} {noun}).",
+        content.len()
     ))
 }
 

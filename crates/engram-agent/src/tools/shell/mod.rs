@@ -442,7 +442,7 @@ fn job_parameters(what: &str) -> Value {
         "properties": {
             "id": {
                 "type": "string",
-                "description": format!("The id bash returned when it started the background command, e.g. \"bg1\"; {what}.")
+                "description": format!("Id of the background command to {what}, as returned by bash (e.g. \"bg1\").")
             }
         },
         "required": ["id"],
@@ -463,7 +463,7 @@ impl Tool for BashOutputTool {
     }
 
     fn parameters(&self) -> Value {
-        job_parameters("the command to read")
+        job_parameters("read")
     }
 
     async fn execute(&self, args: Value) -> ToolOutput {
@@ -492,7 +492,7 @@ impl Tool for BashKillTool {
     }
 
     fn parameters(&self) -> Value {
-        job_parameters("the command to stop")
+        job_parameters("stop")
     }
 
     async fn execute(&self, args: Value) -> ToolOutput {
