@@ -12,7 +12,7 @@ use engram_core::llm::{
 use serde_json::{Map, Value, json};
 
 use crate::config::{ANTHROPIC_API_VERSION, ClientConfig, ConfigError, Provider};
-use crate::openai::sendable_arguments;
+use crate::openai::{sendable_arguments, temperature_json};
 use crate::sse::SseEvent;
 use crate::transport::{ResponseFault, StreamParser, Transport, Wire, generated_call_id};
 
@@ -129,7 +129,7 @@ impl Wire for AnthropicWire {
             body.insert("tools".into(), tools);
         }
         if let Some(t) = request.temperature.or(config.temperature) {
-            body.insert("temperature".into(), json!(t));
+            body.insert("temperature".into(), temperature_json(t));
         }
         // JSON mode has no switch here: the prompt must ask for JSON, and the lenient parser
         // reads what comes back.
@@ -247,7 +247,6 @@ fn messages_json(messages: &[Message]) -> (String, Vec<Value>) {
                 user_blocks.push(block);
             }
             Message::Assistant(a) => {
-                flush(&mut user_blocks, &mut out);
                 let mut blocks = Vec::new();
                 // Thinking goes back only with its signature (the API rejects it otherwise).
                 if let (Some(reasoning), Some(signature)) = (&a.reasoning, &a.reasoning_signature) {
@@ -264,10 +263,13 @@ fn messages_json(messages: &[Message]) -> (String, Vec<Value>) {
                     blocks.push(json!({"type": "tool_use", "id": call.id, "name": call.name, "input": input}));
                 }
                 let content = match blocks.as_slice() {
-                    [] => continue, // an empty turn is not allowed; it said nothing anyway
+                    // An empty turn is not allowed and said nothing: leave it out, and let
+                    // the user text around it form one message.
+                    [] => continue,
                     [only] if only["type"] == "text" => only["text"].clone(),
                     _ => Value::Array(blocks),
                 };
+                flush(&mut user_blocks, &mut out);
                 out.push(json!({"role": "assistant", "content": content}));
             }
         }

@@ -123,7 +123,7 @@ impl Wire for OpenAiWire {
             body.insert(field.into(), max.into());
         }
         if let Some(t) = request.temperature.or(config.temperature) {
-            body.insert("temperature".into(), json!(t));
+            body.insert("temperature".into(), temperature_json(t));
         }
         if request.response_format == ResponseFormat::JsonObject {
             body.insert("response_format".into(), json!({"type": "json_object"}));
@@ -238,6 +238,15 @@ fn message_json(message: &Message) -> Value {
             "content": t.content,
         }),
     }
+}
+
+/// A temperature as the decimal the user wrote (0.2, not f32's 0.20000000298023224).
+pub(crate) fn temperature_json(t: f32) -> Value {
+    t.to_string()
+        .parse::<f64>()
+        .ok()
+        .and_then(serde_json::Number::from_f64)
+        .map_or(Value::Null, Value::Number)
 }
 
 /// Arguments as they go back to the server: servers that render them through a chat template

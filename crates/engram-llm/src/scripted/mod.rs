@@ -504,10 +504,18 @@ async fn send_frames(
         }
         let item = match frame {
             Frame::Data(bytes) => Ok(bytes),
-            Frame::Drop => Err(io::Error::new(
-                io::ErrorKind::ConnectionAborted,
-                "scripted drop",
-            )),
+            Frame::Drop => {
+                // hyper drops unsent buffered data when a body fails; let it write out what came
+                // before, so the client really sees the partial answer and then the break.
+                while tx.capacity() < tx.max_capacity() && !tx.is_closed() {
+                    tokio::time::sleep(Duration::from_millis(1)).await;
+                }
+                tokio::time::sleep(Duration::from_millis(20)).await;
+                Err(io::Error::new(
+                    io::ErrorKind::ConnectionAborted,
+                    "scripted drop",
+                ))
+            }
         };
         let last = item.is_err();
         if tx.send(item).await.is_err() {
