@@ -172,3 +172,26 @@ async fn registering_a_builtin_name_twice_is_an_error() {
         "a tool named 'read_file' is already registered"
     );
 }
+
+#[tokio::test]
+async fn tool_calls_from_a_model_are_parsed_leniently() {
+    use engram_core::llm::ToolCall;
+    let f = Fixture::new();
+    f.write("a.txt", "hello\n");
+    // A trailing comma and single quotes are repaired.
+    let call = ToolCall::new("c1", "read_file", "{'path': 'a.txt',}");
+    assert_eq!(
+        content_of(&f.registry.call_tool(&call).await),
+        "     1→hello\n"
+    );
+    let call = ToolCall::new("c2", "list_dir", "");
+    assert!(content_of(&f.registry.call_tool(&call).await).contains("a.txt"));
+    let call = ToolCall::new("c3", "read_file", "path is a.txt");
+    let out = f.registry.call_tool(&call).await;
+    assert!(
+        error_of(&out).starts_with("arguments for tool 'read_file' are not a JSON object ("),
+        "{out:?}"
+    );
+    let call = ToolCall::new("c4", "nope", "{}");
+    assert!(error_of(&f.registry.call_tool(&call).await).starts_with("unknown tool 'nope'."));
+}

@@ -4,6 +4,7 @@
 use std::collections::HashMap;
 use std::sync::Arc;
 
+use engram_core::llm::ToolCall;
 use engram_core::{Tool, ToolOutput, ToolSpec};
 use serde_json::{Value, json};
 
@@ -124,13 +125,31 @@ impl ToolRegistry {
         self.tools.iter().map(|r| to_anthropic(&r.spec)).collect()
     }
 
+    /// Runs a tool call as a chat model sent it: the raw argument text is parsed leniently
+    /// (see [`ToolCall::parse_arguments`]), then handled like [`ToolRegistry::call`]. Text that
+    /// cannot be repaired comes back as an error output naming the problem.
+    pub async fn call_tool(&self, call: &ToolCall) -> ToolOutput {
+        if !self.by_name.contains_key(&call.name) {
+            return self.call(&call.name, Value::Null).await;
+        }
+        match call.parse_arguments() {
+            Ok(args) => self.call(&call.name, args).await,
+            Err(e) => ToolOutput::error(format!(
+                "arguments for tool '{}' are not a JSON object ({e}); send the arguments as one \
+                 JSON object",
+                call.name
+            )),
+        }
+    }
+
     /// Runs a tool for the model. Never fails and never panics: an unknown tool, arguments
     /// that do not fit the schema, and a tool that panics all come back as an error output
     /// whose text tells the model what to do. `args` may also be a JSON string holding the
     /// object (some models send that), or null for "no arguments".
     ///
-    /// The tool runs as its own task, so a panic inside it is caught; dropping the returned
-    /// future cancels the tool (and, for bash, kills its processes).
+    /// The tool runs as its own Tokio task (so this must be awaited inside a Tokio runtime): a
+    /// panic inside it is caught, and dropping the returned future cancels the tool (for bash,
+    /// that kills its processes).
     pub async fn call(&self, name: &str, args: Value) -> ToolOutput {
         let Some(&index) = self.by_name.get(name) else {
             return ToolOutput::error(format!(
