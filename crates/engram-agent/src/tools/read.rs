@@ -152,6 +152,12 @@ fn read_window(path: &Path, shown: &str, window: Window, limits: &ReadLimits) ->
             "{shown} is a directory, not a file; use list_dir to see what it contains"
         ));
     }
+    if !meta.is_file() {
+        // A FIFO would block forever and a device could stream without end.
+        return ToolOutput::error(format!(
+            "{shown} is not a regular file (a device, pipe or socket); read_file reads files only"
+        ));
+    }
     let file = match File::open(path) {
         Ok(file) => file,
         Err(e) => return ToolOutput::error(format!("cannot open {shown}: {e}")),
@@ -181,7 +187,10 @@ fn read_window(path: &Path, shown: &str, window: Window, limits: &ReadLimits) ->
 
     loop {
         line.clear();
-        let read = match reader.read_until(b'\n', &mut line) {
+        // Keep enough bytes of each line for `max_line_chars` characters of UTF-8, so one
+        // enormous line (minified code, a log without newlines) cannot fill memory.
+        let keep = limits.max_line_chars.saturating_mul(4).saturating_add(4);
+        let read = match read_line_bounded(&mut reader, &mut line, keep) {
             Ok(read) => read,
             Err(e) => return ToolOutput::error(format!("cannot read {shown}: {e}")),
         };
@@ -191,7 +200,7 @@ fn read_window(path: &Path, shown: &str, window: Window, limits: &ReadLimits) ->
         line_no += 1;
         scanned += read as u64;
         if line_no >= window.offset && line_no < window_end && !cut_for_size {
-            let text = render_line(&line, limits.max_line_chars, &mut lossy);
+            let text = render_line(&line, read, limits.max_line_chars, &mut lossy);
             let rendered = format!("{line_no:>6}→{text}\n");
             if out.len() + rendered.len() > limits.max_output_bytes && last_shown > 0 {
                 cut_for_size = true;
@@ -239,30 +248,73 @@ fn read_window(path: &Path, shown: &str, window: Window, limits: &ReadLimits) ->
     ToolOutput::ok(out)
 }
 
+/// Reads one line (up to and including `\n`) into `line`, keeping at most `keep` bytes of it;
+/// returns how many bytes the line really had (0 at end of file).
+fn read_line_bounded(
+    reader: &mut impl BufRead,
+    line: &mut Vec<u8>,
+    keep: usize,
+) -> std::io::Result<usize> {
+    let mut total = 0;
+    loop {
+        let available = match reader.fill_buf() {
+            Ok(available) => available,
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
+            Err(e) => return Err(e),
+        };
+        if available.is_empty() {
+            return Ok(total);
+        }
+        let (chunk, done) = match available.iter().position(|&b| b == b'\n') {
+            Some(at) => (&available[..=at], true),
+            None => (available, false),
+        };
+        let room = keep.saturating_sub(line.len());
+        line.extend_from_slice(&chunk[..chunk.len().min(room)]);
+        let used = chunk.len();
+        total += used;
+        reader.consume(used);
+        if done {
+            // A cut line still ends with its newline, so callers strip it the same way.
+            if line.last() != Some(&b'\n') {
+                line.push(b'\n');
+            }
+            return Ok(total);
+        }
+    }
+}
+
 /// A NUL byte in the first few kilobytes means binary (what git and grep use too).
 fn looks_binary(head: &[u8]) -> bool {
     head.contains(&0)
 }
 
-/// One line without its line ending, cut to `max_chars` characters.
-fn render_line(raw: &[u8], max_chars: usize, lossy: &mut bool) -> String {
+/// One line without its line ending, cut to `max_chars` characters. `raw` may be only the
+/// start of the line; `full_len` is the whole line's length in bytes.
+fn render_line(raw: &[u8], full_len: usize, max_chars: usize, lossy: &mut bool) -> String {
     let mut bytes = raw;
+    let mut full_len = full_len;
     if let Some(rest) = bytes.strip_suffix(b"\n") {
         bytes = rest;
+        full_len -= 1;
     }
     if let Some(rest) = bytes.strip_suffix(b"\r") {
         bytes = rest;
+        full_len -= 1;
     }
     let text = String::from_utf8_lossy(bytes);
-    if matches!(text, std::borrow::Cow::Owned(_)) {
+    let complete = bytes.len() == full_len;
+    if complete && matches!(text, std::borrow::Cow::Owned(_)) {
         *lossy = true;
     }
-    let length = text.chars().count();
-    if length <= max_chars {
+    if complete && text.chars().count() <= max_chars {
         return text.into_owned();
     }
     let kept: String = text.chars().take(max_chars).collect();
-    format!("{kept}… [line cut: {length} characters in all]")
+    if kept.contains('\u{fffd}') {
+        *lossy = true;
+    }
+    format!("{kept}… [line cut: {full_len} bytes in all]")
 }
 
 #[cfg(test)]
@@ -323,10 +375,7 @@ mod tests {
                 ..limits()
             },
         );
-        assert_eq!(
-            out.content,
-            "     1→éééé… [line cut: 10 characters in all]\n"
-        );
+        assert_eq!(out.content, "     1→éééé… [line cut: 20 bytes in all]\n");
     }
 
     #[test]
@@ -350,6 +399,56 @@ mod tests {
             out.error.as_deref(),
             Some("offset 5 is past the end of f.txt, which has 2 lines")
         );
+    }
+
+    #[test]
+    fn a_huge_single_line_is_cut_without_reading_it_all_into_memory() {
+        let mut text = "x".repeat(1_000_000);
+        text.push_str("\nsecond\n");
+        let out = read(
+            text.as_bytes(),
+            1,
+            10,
+            &ReadLimits {
+                max_line_chars: 10,
+                ..limits()
+            },
+        );
+        assert_eq!(
+            out.content,
+            "     1→xxxxxxxxxx… [line cut: 1000000 bytes in all]\n     2→second\n"
+        );
+    }
+
+    #[test]
+    fn devices_and_pipes_are_refused() {
+        let dir = tempfile::tempdir().unwrap();
+        let fifo = dir.path().join("fifo");
+        let status = std::process::Command::new("mkfifo")
+            .arg(&fifo)
+            .status()
+            .unwrap();
+        assert!(status.success());
+        let out = read_window(
+            &fifo,
+            "fifo",
+            Window {
+                offset: 1,
+                limit: 10,
+            },
+            &limits(),
+        );
+        assert!(out.error.unwrap().contains("is not a regular file"));
+        let out = read_window(
+            Path::new("/dev/zero"),
+            "/dev/zero",
+            Window {
+                offset: 1,
+                limit: 10,
+            },
+            &limits(),
+        );
+        assert!(out.error.unwrap().contains("is not a regular file"));
     }
 
     #[test]

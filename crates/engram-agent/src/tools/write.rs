@@ -11,6 +11,9 @@ use super::atomic::write_atomically;
 use super::workspace::Workspace;
 use super::{parse_args, run_blocking};
 
+/// Largest file edit_file loads (it holds the file and the edited copy in memory).
+const MAX_EDIT_BYTES: u64 = 32 * 1024 * 1024;
+
 /// Lines of context shown around an edit so the model can check it.
 const SNIPPET_CONTEXT_LINES: usize = 3;
 
@@ -190,15 +193,30 @@ fn edit_file(path: &Path, shown: &str, args: &EditArgs) -> ToolOutput {
     if args.old_text == args.new_text {
         return ToolOutput::error("old_text and new_text are identical; nothing would change");
     }
+    match std::fs::metadata(path) {
+        Ok(meta) if meta.is_dir() => {
+            return ToolOutput::error(format!("{shown} is a directory, not a file"));
+        }
+        Ok(meta) if !meta.is_file() => {
+            return ToolOutput::error(format!(
+                "{shown} is not a regular file (a device, pipe or socket); edit_file edits files only"
+            ));
+        }
+        Ok(meta) if meta.len() > MAX_EDIT_BYTES => {
+            return ToolOutput::error(format!(
+                "{shown} is {} bytes, more than edit_file handles ({MAX_EDIT_BYTES}); use bash \
+                 (for example sed) to change it",
+                meta.len()
+            ));
+        }
+        _ => {}
+    }
     let bytes = match std::fs::read(path) {
         Ok(bytes) => bytes,
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
             return ToolOutput::error(format!(
                 "file not found: {shown}. Use write_file to create a new file."
             ));
-        }
-        Err(e) if path.is_dir() => {
-            return ToolOutput::error(format!("{shown} is a directory, not a file ({e})"));
         }
         Err(e) => return ToolOutput::error(format!("cannot read {shown}: {e}")),
     };
