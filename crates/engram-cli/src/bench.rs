@@ -1,13 +1,400 @@
 //! `engram bench`: speed measurements recorded in BENCHMARKS.md.
 
-use anyhow::Result;
+use std::fs::File;
+use std::io::{BufWriter, Write};
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
 
-use crate::cli::BenchCommand;
+use anyhow::{Context as _, Result};
+use engram_core::{Filter, MemoryStore};
+use engram_memory::{SearchRequest, Searcher};
+use engram_store::{DATABASE_FILE, SqliteStore};
+use indicatif::ProgressBar;
+use serde::Serialize;
+
+use crate::cli::{BenchCommand, BenchStoreArgs};
 use crate::commands::Context;
+use crate::commands::import_export::import_reader;
 use crate::exit::Status;
+use crate::output;
 
-pub fn run(_ctx: &Context, command: BenchCommand) -> Result<Status> {
+/// Runs a benchmark.
+pub fn run(ctx: &Context, command: BenchCommand) -> Result<Status> {
     match command {
-        BenchCommand::Store(_) => anyhow::bail!("not yet"),
+        BenchCommand::Store(args) => bench_store(ctx, args),
     }
+}
+
+/// A small, fast, deterministic generator (SplitMix64); benchmarks need repeatable data, not
+/// cryptographic randomness.
+struct SplitMix(u64);
+
+impl SplitMix {
+    fn next_u64(&mut self) -> u64 {
+        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
+        let mut z = self.0;
+        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+        z ^ (z >> 31)
+    }
+
+    /// Uniform in [0, 1).
+    fn unit(&mut self) -> f64 {
+        (self.next_u64() >> 11) as f64 / (1u64 << 53) as f64
+    }
+
+    /// Uniform in [lo, hi].
+    fn range(&mut self, lo: u64, hi: u64) -> u64 {
+        lo + self.next_u64() % (hi - lo + 1)
+    }
+}
+
+/// The most frequent English words, in rough frequency order; the long tail is synthesised.
+const COMMON_WORDS: &[&str] = &[
+    "the",
+    "i",
+    "to",
+    "and",
+    "a",
+    "you",
+    "it",
+    "of",
+    "that",
+    "in",
+    "is",
+    "my",
+    "for",
+    "was",
+    "me",
+    "on",
+    "so",
+    "we",
+    "have",
+    "but",
+    "with",
+    "this",
+    "just",
+    "be",
+    "are",
+    "at",
+    "it's",
+    "what",
+    "not",
+    "do",
+    "your",
+    "like",
+    "all",
+    "can",
+    "they",
+    "been",
+    "about",
+    "really",
+    "when",
+    "had",
+    "how",
+    "out",
+    "up",
+    "get",
+    "one",
+    "know",
+    "time",
+    "going",
+    "would",
+    "there",
+    "if",
+    "great",
+    "good",
+    "love",
+    "new",
+    "think",
+    "some",
+    "from",
+    "will",
+    "more",
+    "day",
+    "now",
+    "lately",
+    "work",
+    "people",
+    "week",
+    "family",
+    "friends",
+    "kids",
+    "feel",
+    "thanks",
+    "also",
+    "today",
+    "made",
+    "yesterday",
+    "trip",
+    "book",
+    "project",
+    "music",
+    "painting",
+    "job",
+    "team",
+    "dog",
+    "home",
+    "school",
+    "weekend",
+    "city",
+    "coffee",
+    "garden",
+    "movie",
+    "class",
+    "game",
+];
+
+const SYLLABLES: &[&str] = &[
+    "ka", "lo", "mi", "ra", "te", "su", "no", "vi", "pe", "da", "ri", "mo", "ta", "ne", "lu",
+    "bar", "ton", "ling", "ver", "sha", "gel", "dor", "fin", "qua", "zen", "wick", "port", "stan",
+    "mar", "cel",
+];
+
+/// A vocabulary with Zipf-distributed word frequencies, like real text.
+struct Vocabulary {
+    words: Vec<String>,
+    cumulative: Vec<f64>,
+}
+
+impl Vocabulary {
+    fn new(size: usize, rng: &mut SplitMix) -> Self {
+        let mut words: Vec<String> = COMMON_WORDS.iter().map(|w| w.to_string()).collect();
+        let mut seen: std::collections::HashSet<String> = words.iter().cloned().collect();
+        while words.len() < size {
+            let parts = rng.range(2, 4);
+            let word: String = (0..parts)
+                .map(|_| SYLLABLES[rng.range(0, SYLLABLES.len() as u64 - 1) as usize])
+                .collect();
+            if seen.insert(word.clone()) {
+                words.push(word);
+            }
+        }
+        let mut total = 0.0;
+        let cumulative = (1..=words.len())
+            .map(|rank| {
+                total += 1.0 / (rank as f64).powf(1.07);
+                total
+            })
+            .collect();
+        Self { words, cumulative }
+    }
+
+    fn sample(&self, rng: &mut SplitMix) -> &str {
+        let total = self.cumulative.last().copied().unwrap_or(1.0);
+        let target = rng.unit() * total;
+        let index = self.cumulative.partition_point(|&c| c < target);
+        &self.words[index.min(self.words.len() - 1)]
+    }
+
+    /// A chat-turn-like sentence: 4 to 60 words, most between 8 and 30.
+    fn sentence(&self, rng: &mut SplitMix) -> String {
+        let length = (4.0 + 14.0 * -(1.0 - rng.unit()).ln()).min(60.0) as usize;
+        let mut text = String::with_capacity(length * 7);
+        for i in 0..length {
+            if i > 0 {
+                text.push(' ');
+            }
+            text.push_str(self.sample(rng));
+        }
+        text.push('.');
+        text
+    }
+}
+
+#[derive(Debug, Serialize)]
+struct StoreBenchRow {
+    memories: usize,
+    users: usize,
+    import_seconds: f64,
+    import_per_second: f64,
+    search_p50_ms: f64,
+    search_p95_ms: f64,
+    search_p99_ms: f64,
+    search_user_memories: u64,
+    one_shot_p50_ms: f64,
+    one_shot_p95_ms: f64,
+    database_mib: f64,
+    peak_rss_mib: f64,
+}
+
+fn percentile(sorted: &[Duration], p: f64) -> f64 {
+    if sorted.is_empty() {
+        return 0.0;
+    }
+    let index = ((sorted.len() as f64 - 1.0) * p).round() as usize;
+    sorted[index.min(sorted.len() - 1)].as_secs_f64() * 1000.0
+}
+
+/// Peak resident memory of this process so far, from /proc (Linux); 0 where unavailable.
+fn peak_rss_mib() -> f64 {
+    std::fs::read_to_string("/proc/self/status")
+        .ok()
+        .and_then(|status| {
+            status
+                .lines()
+                .find(|l| l.starts_with("VmHWM:"))
+                .and_then(|l| l.split_whitespace().nth(1))
+                .and_then(|kb| kb.parse::<f64>().ok())
+        })
+        .map_or(0.0, |kb| kb / 1024.0)
+}
+
+/// Restarts the peak-RSS counter so each size reports its own peak (Linux; ignored elsewhere).
+fn reset_peak_rss() {
+    let _ = std::fs::write("/proc/self/clear_refs", "5");
+}
+
+fn write_dataset(path: &Path, n: usize, users: usize, vocab: &Vocabulary, seed: u64) -> Result<()> {
+    let mut rng = SplitMix(seed);
+    let mut out = BufWriter::new(File::create(path)?);
+    let start = jiff::Timestamp::from_second(1_672_531_200)?; // 2023-01-01
+    for i in 0..n {
+        let user = i % users;
+        let at = start.checked_add(jiff::SignedDuration::from_secs(
+            (i as i64) * 63_072_000 / n.max(1) as i64,
+        ))?;
+        let line = serde_json::json!({
+            "user_id": format!("user-{user}"),
+            "text": vocab.sentence(&mut rng),
+            "importance": rng.range(1, 5),
+            "created_at": at.to_string(),
+            "metadata": {"n": i},
+        });
+        writeln!(out, "{line}")?;
+    }
+    out.flush()?;
+    Ok(())
+}
+
+fn bench_store(ctx: &Context, args: BenchStoreArgs) -> Result<Status> {
+    let temp;
+    let root: PathBuf = match &args.dir {
+        Some(dir) => dir.clone(),
+        None => {
+            temp = tempfile::tempdir()?;
+            temp.path().to_path_buf()
+        }
+    };
+    let users = args.users.max(1);
+    let mut rng = SplitMix(args.seed);
+    let vocab = Vocabulary::new(20_000, &mut rng);
+    let queries: Vec<String> = (0..args.queries)
+        .map(|_| {
+            let words = rng.range(2, 6) as usize;
+            (0..words)
+                .map(|_| vocab.sample(&mut rng).to_string())
+                .collect::<Vec<_>>()
+                .join(" ")
+        })
+        .collect();
+    let exe = std::env::current_exe().context("cannot find the engram executable")?;
+    let mut rows = Vec::new();
+    for &size in &args.sizes {
+        let dir = root.join(format!("store-{size}"));
+        if dir.exists() {
+            std::fs::remove_dir_all(&dir)?;
+        }
+        std::fs::create_dir_all(&dir)?;
+        let data = dir.join("memories.jsonl");
+        eprintln!("[{size}] generating {size} memories for {users} users");
+        write_dataset(&data, size, users, &vocab, args.seed ^ size as u64)?;
+
+        reset_peak_rss();
+        eprintln!("[{size}] importing");
+        let store = SqliteStore::open(dir.join(DATABASE_FILE))?;
+        let started = Instant::now();
+        let summary = import_reader(&store, File::open(&data)?, 2000, &ProgressBar::hidden())?;
+        let import_seconds = started.elapsed().as_secs_f64();
+        anyhow::ensure!(
+            summary.rejected.is_empty(),
+            "the generated data had rejected lines"
+        );
+
+        eprintln!("[{size}] searching");
+        let store = Arc::new(store);
+        let searcher = Searcher::new(store.clone());
+        let filter = Filter::user("user-0");
+        let user_memories = store.count(&filter)?;
+        let mut latencies = Vec::with_capacity(queries.len());
+        for query in &queries {
+            let request = SearchRequest {
+                filter: filter.clone(),
+                query: query.clone(),
+                limit: 10,
+            };
+            let started = Instant::now();
+            std::hint::black_box(searcher.search(&request)?);
+            latencies.push(started.elapsed());
+        }
+        latencies.sort();
+        let peak = peak_rss_mib();
+
+        eprintln!("[{size}] one-shot processes");
+        let mut one_shot = Vec::with_capacity(args.process_runs);
+        for query in queries.iter().cycle().take(args.process_runs) {
+            let started = Instant::now();
+            let status = Command::new(&exe)
+                .arg("--home")
+                .arg(&dir)
+                .args(["search", "--user", "user-0", "--limit", "10", query])
+                .stdout(Stdio::null())
+                .stderr(Stdio::null())
+                .status()?;
+            one_shot.push(started.elapsed());
+            anyhow::ensure!(status.success(), "engram search exited with {status}");
+        }
+        one_shot.sort();
+        drop(searcher);
+        let stats = store.stats()?;
+        drop(store);
+
+        rows.push(StoreBenchRow {
+            memories: size,
+            users,
+            import_seconds,
+            import_per_second: summary.added as f64 / import_seconds.max(1e-9),
+            search_p50_ms: percentile(&latencies, 0.50),
+            search_p95_ms: percentile(&latencies, 0.95),
+            search_p99_ms: percentile(&latencies, 0.99),
+            search_user_memories: user_memories,
+            one_shot_p50_ms: percentile(&one_shot, 0.50),
+            one_shot_p95_ms: percentile(&one_shot, 0.95),
+            database_mib: stats.database_bytes as f64 / 1_048_576.0,
+            peak_rss_mib: peak,
+        });
+        std::fs::remove_file(&data)?;
+        if args.dir.is_none() {
+            std::fs::remove_dir_all(&dir)?;
+        }
+    }
+    if ctx.json {
+        output::json(&rows)?;
+        return Ok(Status::Success);
+    }
+    println!(
+        "{:>9}  {:>9}  {:>8} {:>8} {:>8}  {:>9} {:>9}  {:>9}  {:>8}",
+        "memories", "import/s", "srch p50", "p95", "p99", "1shot p50", "p95", "db MiB", "peak RSS"
+    );
+    for r in &rows {
+        println!(
+            "{:>9}  {:>9.0}  {:>6.2}ms {:>6.2}ms {:>6.2}ms  {:>7.1}ms {:>7.1}ms  {:>9.1}  {:>5.0}MiB",
+            r.memories,
+            r.import_per_second,
+            r.search_p50_ms,
+            r.search_p95_ms,
+            r.search_p99_ms,
+            r.one_shot_p50_ms,
+            r.one_shot_p95_ms,
+            r.database_mib,
+            r.peak_rss_mib
+        );
+    }
+    println!(
+        "(searches: {} queries of 2-6 Zipf-sampled words in one user's scope of {} users; limit 10)",
+        args.queries, users
+    );
+    Ok(Status::Success)
 }

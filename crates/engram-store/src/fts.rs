@@ -1,17 +1,36 @@
-//! Turning text into what the FTS5 index sees, and queries into FTS5 match expressions.
+//! Turning text into index terms, and queries into FTS5 match expressions.
 //!
-//! The index uses SQLite's `porter unicode61` tokenizer: case folding, diacritics removed,
-//! punctuation as separators and English (Porter) stemming. Scripts written without spaces
-//! (Chinese, Japanese, Korean, Thai) would otherwise become one giant token per run, so before
-//! indexing we put a space between their characters, and a query's run of such characters becomes
-//! a phrase: consecutive characters must appear consecutively, which is substring search.
+//! engram analyses text itself instead of leaving it to an FTS5 tokenizer, for two reasons:
+//!
+//! - **Scope.** Every term is prefixed with a short hash of its user (`k3x9f_coffee`), so each
+//!   user has posting lists of their own. A search walks only that user's postings, and BM25's
+//!   document frequencies are the user's own: latency follows the size of one user's memory, not
+//!   the size of the store.
+//! - **Words.** Case is folded, Latin diacritics are dropped (`café` = `cafe`), English words are
+//!   stemmed (Snowball English: `running` = `runs` = `run`), and scripts written without spaces
+//!   (Chinese, Japanese, Korean, Thai) are indexed character by character; a query's run of such
+//!   characters becomes a phrase, which is substring search.
+//!
+//! The FTS5 table uses the `ascii` tokenizer with `_` as a token character, so the terms written
+//! here reach the index unchanged.
 
-/// A word-ish piece of a query.
+use std::sync::OnceLock;
+
+use rust_stemmers::{Algorithm, Stemmer};
+use unicode_normalization::UnicodeNormalization;
+use unicode_normalization::char::is_combining_mark;
+
+/// A piece of analysed text.
 #[derive(Debug, Clone, PartialEq, Eq)]
-enum Term {
-    /// A word of a spaced script, matched after stemming.
-    Word(String),
-    /// A run of unspaced-script characters, matched as a phrase.
+enum Token {
+    /// A word of a spaced script, normalised and stemmed.
+    Word {
+        /// The lowercased word as written (for the stopword check).
+        surface: String,
+        /// What is indexed.
+        term: String,
+    },
+    /// A run of unspaced-script characters.
     Run(Vec<char>),
 }
 
@@ -31,108 +50,156 @@ fn is_unspaced_script(c: char) -> bool {
     )
 }
 
-/// The text as it is handed to the index: unspaced-script characters separated by spaces.
-pub fn index_text(text: &str) -> String {
-    if !text.chars().any(is_unspaced_script) {
-        return text.to_string();
-    }
-    let mut out = String::with_capacity(text.len() * 2);
+fn is_word_char(c: char) -> bool {
+    c.is_alphanumeric() || is_combining_mark(c)
+}
+
+fn stemmer() -> &'static Stemmer {
+    static STEMMER: OnceLock<Stemmer> = OnceLock::new();
+    STEMMER.get_or_init(|| Stemmer::create(Algorithm::English))
+}
+
+/// Lowercases, drops Latin/Greek/Cyrillic diacritics, and stems plain ASCII words.
+fn normalise_word(raw: &str) -> (String, String) {
+    let surface = raw.to_lowercase();
+    let folded: String = if surface.is_ascii() {
+        surface.clone()
+    } else {
+        surface
+            .nfd()
+            .filter(|c| !matches!(*c as u32, 0x0300..=0x036F))
+            .nfc()
+            .collect()
+    };
+    let term = if folded.bytes().all(|b| b.is_ascii_lowercase()) {
+        stemmer().stem(&folded).into_owned()
+    } else {
+        folded
+    };
+    (surface, term)
+}
+
+fn tokens(text: &str) -> Vec<Token> {
+    let mut out = Vec::new();
+    let mut word = String::new();
+    let mut run: Vec<char> = Vec::new();
+    let flush_word = |word: &mut String, out: &mut Vec<Token>| {
+        if !word.is_empty() {
+            let (surface, term) = normalise_word(word);
+            word.clear();
+            if !term.is_empty() {
+                out.push(Token::Word { surface, term });
+            }
+        }
+    };
+    let flush_run = |run: &mut Vec<char>, out: &mut Vec<Token>| {
+        if !run.is_empty() {
+            out.push(Token::Run(std::mem::take(run)));
+        }
+    };
     for c in text.chars() {
         if is_unspaced_script(c) {
-            out.push(' ');
-            out.push(c);
-            out.push(' ');
+            flush_word(&mut word, &mut out);
+            run.push(c);
+        } else if is_word_char(c) {
+            flush_run(&mut run, &mut out);
+            word.push(c);
         } else {
-            out.push(c);
+            flush_word(&mut word, &mut out);
+            flush_run(&mut run, &mut out);
+        }
+    }
+    flush_word(&mut word, &mut out);
+    flush_run(&mut run, &mut out);
+    out
+}
+
+/// The prefix that gives a user posting lists of their own: 64 bits of BLAKE3, base 36.
+/// Two users sharing a prefix would only share statistics; rows are still filtered by user.
+pub fn user_prefix(user_id: &str) -> String {
+    let hash = blake3::hash(user_id.as_bytes());
+    let mut bytes = [0u8; 8];
+    bytes.copy_from_slice(&hash.as_bytes()[..8]);
+    let mut n = u64::from_le_bytes(bytes);
+    let mut digits = Vec::with_capacity(13);
+    loop {
+        let d = (n % 36) as u8;
+        digits.push(if d < 10 { b'0' + d } else { b'a' + d - 10 });
+        n /= 36;
+        if n == 0 {
+            break;
+        }
+    }
+    digits.reverse();
+    String::from_utf8_lossy(&digits).into_owned()
+}
+
+/// The text as the index receives it: one prefixed term per word or unspaced character.
+pub fn index_text(user_id: &str, text: &str) -> String {
+    let prefix = user_prefix(user_id);
+    let mut out = String::with_capacity(text.len() * 2);
+    let mut push = |term: &str| {
+        if !out.is_empty() {
+            out.push(' ');
+        }
+        out.push_str(&prefix);
+        out.push('_');
+        out.push_str(term);
+    };
+    for token in tokens(text) {
+        match token {
+            Token::Word { term, .. } => push(&term),
+            Token::Run(chars) => {
+                let mut buf = [0u8; 4];
+                for c in chars {
+                    push(c.encode_utf8(&mut buf));
+                }
+            }
         }
     }
     out
 }
 
-/// The token that ties an index row to its user, so a search only walks that user's postings.
-pub fn scope_token(user_id: &str) -> String {
-    let hash = blake3::hash(user_id.as_bytes());
-    // Digits only: no stemmer or case folding can change it.
-    let bytes = hash.as_bytes();
-    let mut n = [0u8; 8];
-    n.copy_from_slice(&bytes[..8]);
-    format!("u{}", u64::from_le_bytes(n))
-}
-
-fn split_terms(query: &str) -> Vec<Term> {
-    let mut terms = Vec::new();
-    let mut word = String::new();
-    let mut run: Vec<char> = Vec::new();
-    let flush_word = |word: &mut String, terms: &mut Vec<Term>| {
-        if !word.is_empty() {
-            terms.push(Term::Word(std::mem::take(word)));
-        }
-    };
-    let flush_run = |run: &mut Vec<char>, terms: &mut Vec<Term>| {
-        if !run.is_empty() {
-            terms.push(Term::Run(std::mem::take(run)));
-        }
-    };
-    for c in query.chars() {
-        if is_unspaced_script(c) {
-            flush_word(&mut word, &mut terms);
-            run.push(c);
-        } else if c.is_alphanumeric() || is_combining_mark(c) {
-            flush_run(&mut run, &mut terms);
-            word.extend(c.to_lowercase());
-        } else {
-            flush_word(&mut word, &mut terms);
-            flush_run(&mut run, &mut terms);
-        }
-    }
-    flush_word(&mut word, &mut terms);
-    flush_run(&mut run, &mut terms);
-    terms
-}
-
-fn is_combining_mark(c: char) -> bool {
-    matches!(c as u32, 0x0300..=0x036F | 0x0900..=0x0DFF)
-}
-
-/// Common English words that carry no meaning for retrieval. Dropped from queries (not from the
-/// index) unless the query has nothing else.
+/// Common English words (and contraction tails) that carry no meaning for retrieval. Dropped from
+/// queries, not from the index, unless a query has nothing else.
 const STOPWORDS: &[&str] = &[
     "a", "about", "after", "all", "also", "am", "an", "and", "any", "are", "as", "at", "be",
-    "been", "before", "being", "but", "by", "can", "could", "did", "do", "does", "doing", "done",
-    "for", "from", "had", "has", "have", "having", "he", "her", "here", "hers", "him", "his",
-    "how", "i", "if", "in", "into", "is", "it", "its", "just", "me", "might", "my", "no", "nor",
-    "not", "of", "on", "or", "our", "ours", "she", "should", "so", "some", "such", "than", "that",
-    "the", "their", "theirs", "them", "then", "there", "these", "they", "this", "those", "to",
-    "too", "us", "was", "we", "were", "what", "when", "where", "which", "who", "whom", "why",
-    "will", "with", "would", "you", "your", "yours",
+    "been", "before", "being", "but", "by", "can", "could", "d", "did", "do", "does", "doing",
+    "done", "for", "from", "had", "has", "have", "having", "he", "her", "here", "hers", "him",
+    "his", "how", "i", "if", "in", "into", "is", "it", "its", "just", "ll", "m", "me", "might",
+    "my", "no", "nor", "not", "of", "on", "or", "our", "ours", "re", "s", "she", "should", "so",
+    "some", "such", "t", "than", "that", "the", "their", "theirs", "them", "then", "there",
+    "these", "they", "this", "those", "to", "too", "us", "ve", "was", "we", "were", "what", "when",
+    "where", "which", "who", "whom", "why", "will", "with", "would", "you", "your", "yours",
 ];
 
 fn is_stopword(word: &str) -> bool {
     STOPWORDS.binary_search(&word).is_ok()
 }
 
-/// An FTS5 expression matching any meaningful term of `query` (OR), restricted to `scope_token`'s
-/// rows. `None` when the query has no searchable term at all.
-pub fn match_expression(query: &str, scope_token: &str) -> Option<String> {
-    let terms = split_terms(query);
-    let meaningful: Vec<&Term> = terms
+/// An FTS5 expression matching any meaningful term of `query` (OR) among `user_id`'s postings.
+/// `None` when the query has no searchable term at all.
+pub fn match_expression(user_id: &str, query: &str) -> Option<String> {
+    let all = tokens(query);
+    let meaningful: Vec<&Token> = all
         .iter()
-        .filter(|t| !matches!(t, Term::Word(w) if is_stopword(w)))
+        .filter(|t| !matches!(t, Token::Word { surface, .. } if is_stopword(surface)))
         .collect();
-    let chosen: Vec<&Term> = if meaningful.is_empty() {
-        terms.iter().collect()
+    let chosen: Vec<&Token> = if meaningful.is_empty() {
+        all.iter().collect()
     } else {
         meaningful
     };
+    let prefix = user_prefix(user_id);
     let mut seen = std::collections::HashSet::new();
     let alternatives: Vec<String> = chosen
         .into_iter()
-        .filter_map(|term| {
-            let phrase = match term {
-                Term::Word(w) => w.clone(),
-                Term::Run(chars) => chars
+        .filter_map(|token| {
+            let phrase = match token {
+                Token::Word { term, .. } => format!("{prefix}_{term}"),
+                Token::Run(chars) => chars
                     .iter()
-                    .map(char::to_string)
+                    .map(|c| format!("{prefix}_{c}"))
                     .collect::<Vec<_>>()
                     .join(" "),
             };
@@ -142,11 +209,7 @@ pub fn match_expression(query: &str, scope_token: &str) -> Option<String> {
     if alternatives.is_empty() {
         return None;
     }
-    Some(format!(
-        "scope : {} AND body : ({})",
-        quote(scope_token),
-        alternatives.join(" OR ")
-    ))
+    Some(alternatives.join(" OR "))
 }
 
 /// An FTS5 string literal: double quotes, with inner quotes doubled. Everything inside is taken
@@ -160,6 +223,14 @@ mod tests {
     use super::*;
     use proptest::prelude::*;
 
+    fn terms(text: &str) -> Vec<String> {
+        let prefix = format!("{}_", user_prefix("u"));
+        index_text("u", text)
+            .split(' ')
+            .map(|t| t.trim_start_matches(prefix.as_str()).to_string())
+            .collect()
+    }
+
     #[test]
     fn stopwords_are_sorted_for_binary_search() {
         let mut sorted = STOPWORDS.to_vec();
@@ -168,52 +239,61 @@ mod tests {
     }
 
     #[test]
-    fn queries_or_their_meaningful_words() {
-        let expr = match_expression("What did Caroline paint?", "u1").unwrap();
-        assert_eq!(expr, r#"scope : "u1" AND body : ("caroline" OR "paint")"#);
+    fn words_are_folded_and_stemmed() {
+        assert_eq!(
+            terms("She was RUNNING marathons, Café!"),
+            ["she", "was", "run", "marathon", "cafe"]
+        );
+        assert_eq!(terms("Я люблю книги"), ["я", "люблю", "книги"]);
+        assert_eq!(terms("我住北京"), ["我", "住", "北", "京"]);
+    }
+
+    #[test]
+    fn queries_or_their_meaningful_stems() {
+        let p = user_prefix("u");
+        let expr = match_expression("u", "What did Caroline paint?").unwrap();
+        assert_eq!(expr, format!("\"{p}_carolin\" OR \"{p}_paint\""));
     }
 
     #[test]
     fn all_stopword_queries_keep_their_words() {
-        let expr = match_expression("who are you", "u1").unwrap();
-        assert!(expr.contains("\"who\" OR \"are\" OR \"you\""));
+        let expr = match_expression("u", "who are you").unwrap();
+        assert_eq!(expr.matches(" OR ").count(), 2);
     }
 
     #[test]
     fn punctuation_and_syntax_are_never_operators() {
-        let expr = match_expression("NOT a AND b* \"x\" (y) col:z", "u1").unwrap();
-        assert!(expr.contains("\"b\""));
-        assert!(!expr.contains('*'));
-        assert!(match_expression("?!* ()", "u1").is_none());
-        assert!(match_expression("", "u1").is_none());
+        let expr = match_expression("u", "NOT a AND b* \"x\" (y) col:z").unwrap();
+        assert!(!expr.contains('*') && !expr.contains('(') && !expr.contains(':'));
+        assert!(match_expression("u", "?!* ()").is_none());
+        assert!(match_expression("u", "").is_none());
     }
 
     #[test]
-    fn unspaced_scripts_become_phrases() {
-        assert_eq!(index_text("我住在北京"), " 我  住  在  北  京 ");
-        let expr = match_expression("北京 tea", "u1").unwrap();
-        assert!(expr.contains("\"北 京\""), "{expr}");
-        assert!(expr.contains("\"tea\""));
+    fn unspaced_runs_become_phrases() {
+        let p = user_prefix("u");
+        let expr = match_expression("u", "北京 tea").unwrap();
+        assert!(expr.contains(&format!("\"{p}_北 {p}_京\"")), "{expr}");
     }
 
     #[test]
-    fn scope_tokens_differ_per_user() {
-        assert_ne!(scope_token("alice"), scope_token("bob"));
+    fn prefixes_differ_per_user_and_are_plain_ascii() {
+        assert_ne!(user_prefix("alice"), user_prefix("bob"));
         assert!(
-            scope_token("alice@example.com")
-                .chars()
-                .skip(1)
-                .all(|c| c.is_ascii_digit())
+            user_prefix("alice@example.com")
+                .bytes()
+                .all(|b| b.is_ascii_alphanumeric())
         );
     }
 
     proptest! {
         #[test]
-        fn expressions_are_balanced(query in "\\PC{0,80}") {
-            if let Some(expr) = match_expression(&query, "u1") {
+        fn never_panics_and_quotes_balance(query in "\\PC{0,80}") {
+            if let Some(expr) = match_expression("u", &query) {
                 prop_assert_eq!(expr.matches('"').count() % 2, 0);
             }
-            let _ = index_text(&query);
+            let indexed = index_text("u", &query);
+            prop_assert!(!indexed.contains('"'));
         }
     }
 }

@@ -48,12 +48,12 @@ pub const MIGRATIONS: &[&str] = &[
     CREATE INDEX history_memory ON history (memory_id, seq);
     CREATE INDEX history_user ON history (user_id);
 
-    -- Contentless: the text lives in `memories`; `scope` holds one token per user so a search
-    -- intersects with that user's postings instead of filtering every match afterwards.
+    -- Contentless: the text lives in `memories`. Terms arrive already analysed and prefixed
+    -- with their user (see fts.rs), so the tokenizer only splits on spaces.
     CREATE VIRTUAL TABLE memories_fts USING fts5 (
-        scope, body,
+        body,
         content = '', contentless_delete = 1,
-        tokenize = 'porter unicode61 remove_diacritics 2'
+        tokenize = "ascii tokenchars '_'"
     );
     "#,
 ];

@@ -27,6 +27,9 @@ pub struct StoreOptions {
     pub busy_timeout: Duration,
     /// Where "now" comes from.
     pub clock: Arc<dyn Clock>,
+    /// Refuse to grow the database beyond this many bytes (a quota); writes past it fail as a
+    /// full disk does, and change nothing.
+    pub max_database_bytes: Option<u64>,
 }
 
 impl Default for StoreOptions {
@@ -34,6 +37,7 @@ impl Default for StoreOptions {
         Self {
             busy_timeout: Duration::from_secs(15),
             clock: Arc::new(SystemClock),
+            max_database_bytes: None,
         }
     }
 }
@@ -259,45 +263,68 @@ fn open_connection(
          PRAGMA cache_size = -32000; PRAGMA mmap_size = 268435456;",
     )
     .map_err(map)?;
+    if let Some(max) = options.max_database_bytes {
+        let page_size: u64 = conn
+            .pragma_query_value(None, "page_size", |r| r.get::<_, i64>(0))
+            .map_err(map)?
+            .max(512) as u64;
+        conn.pragma_update(None, "max_page_count", (max / page_size).max(1) as i64)
+            .map_err(map)?;
+    }
     Ok(conn)
 }
 
-/// Brings the database to the current schema, or explains why it cannot.
-fn migrate(conn: &mut Connection, path: &Path, options: &StoreOptions) -> Result<(), StoreError> {
-    let map = |e| from_sqlite(e, path, options.busy_timeout);
-    set_wal(conn, path, options)?;
-    let tx = conn
-        .transaction_with_behavior(TransactionBehavior::Immediate)
-        .map_err(map)?;
-    // Read inside the write lock: another process may have migrated while we waited.
-    let app_id: i32 = tx
-        .pragma_query_value(None, "application_id", |r| r.get(0))
-        .map_err(map)?;
-    let version: u32 = tx
-        .pragma_query_value(None, "user_version", |r| r.get(0))
-        .map_err(map)?;
-    let tables: i64 = tx
-        .query_row("SELECT count(*) FROM sqlite_master", [], |r| r.get(0))
-        .map_err(map)?;
-    if app_id != APPLICATION_ID && (app_id != 0 || tables > 0) {
+/// What a database file says about itself.
+struct Identity {
+    app_id: i32,
+    version: u32,
+    tables: i64,
+}
+
+fn identity(conn: &Connection) -> rusqlite::Result<Identity> {
+    Ok(Identity {
+        app_id: conn.pragma_query_value(None, "application_id", |r| r.get(0))?,
+        version: conn.pragma_query_value(None, "user_version", |r| r.get(0))?,
+        tables: conn.query_row("SELECT count(*) FROM sqlite_master", [], |r| r.get(0))?,
+    })
+}
+
+/// Refuses files that are not engram's, or are newer than this build.
+fn check_identity(identity: &Identity, path: &Path) -> Result<(), StoreError> {
+    if identity.app_id != APPLICATION_ID && (identity.app_id != 0 || identity.tables > 0) {
         return Err(StoreError::NotEngram {
             path: path.to_path_buf(),
         });
     }
     let latest = latest_version();
-    if version > latest {
+    if identity.version > latest {
         return Err(StoreError::TooNew {
             path: path.to_path_buf(),
-            found: version,
+            found: identity.version,
             supported: latest,
         });
     }
-    for (index, sql) in MIGRATIONS.iter().enumerate().skip(version as usize) {
+    Ok(())
+}
+
+/// Brings the database to the current schema, or explains why it cannot. Nothing is written to
+/// a file that turns out not to be engram's.
+fn migrate(conn: &mut Connection, path: &Path, options: &StoreOptions) -> Result<(), StoreError> {
+    let map = |e| from_sqlite(e, path, options.busy_timeout);
+    check_identity(&identity(conn).map_err(map)?, path)?;
+    set_wal(conn, path, options)?;
+    let tx = conn
+        .transaction_with_behavior(TransactionBehavior::Immediate)
+        .map_err(map)?;
+    // Read again inside the write lock: another process may have migrated while we waited.
+    let found = identity(&tx).map_err(map)?;
+    check_identity(&found, path)?;
+    for (index, sql) in MIGRATIONS.iter().enumerate().skip(found.version as usize) {
         tx.execute_batch(sql).map_err(map)?;
         tx.pragma_update(None, "user_version", index as u32 + 1)
             .map_err(map)?;
     }
-    if app_id == 0 {
+    if found.app_id == 0 {
         tx.pragma_update(None, "application_id", APPLICATION_ID)
             .map_err(map)?;
     }
@@ -325,12 +352,8 @@ fn set_wal(conn: &Connection, path: &Path, options: &StoreOptions) -> Result<(),
 }
 
 fn index_row(tx: &Transaction<'_>, rowid: i64, user_id: &str, text: &str) -> rusqlite::Result<()> {
-    tx.prepare_cached("INSERT INTO memories_fts (rowid, scope, body) VALUES (?1, ?2, ?3)")?
-        .execute(params![
-            rowid,
-            fts::scope_token(user_id),
-            fts::index_text(text)
-        ])?;
+    tx.prepare_cached("INSERT INTO memories_fts (rowid, body) VALUES (?1, ?2)")?
+        .execute(params![rowid, fts::index_text(user_id, text)])?;
     Ok(())
 }
 
@@ -613,15 +636,16 @@ impl MemoryStore for SqliteStore {
             ));
         }
         let (conditions, filter_values) = filter_sql(filter, self.now())?;
-        let Some(expression) = fts::match_expression(query, &fts::scope_token(&filter.user_id))
-        else {
+        let Some(expression) = fts::match_expression(&filter.user_id, query) else {
             return Err(StoreError::BadQuery(format!(
                 "the query '{query}' has no words to search for"
             )));
         };
-        // bm25() is lower-is-better; the scope column gets weight 0 so it never adds relevance.
-        let sql = format!(
-            "SELECT {MEMORY_COLUMNS}, -bm25(memories_fts, 0.0, 1.0) AS score \
+        // Rank first on the narrow columns the filter needs, then read the few winners whole:
+        // sorting thousands of full rows (text, metadata) costs more than the search itself.
+        // bm25() is lower-is-better; negated so scores grow with relevance.
+        let rank_sql = format!(
+            "SELECT m.rowid, -bm25(memories_fts) AS score \
              FROM memories_fts JOIN memories m ON m.rowid = memories_fts.rowid \
              WHERE memories_fts MATCH ? AND {conditions} \
              ORDER BY score DESC, m.created_at DESC, m.rowid DESC LIMIT ?"
@@ -631,15 +655,26 @@ impl MemoryStore for SqliteStore {
         values.extend(filter_values);
         values.push(Value::Integer(clamp_i64(limit)));
         self.read(|conn| {
-            let mut stmt = conn.prepare_cached(&sql).map_err(|e| self.err(e))?;
-            stmt.query_map(rusqlite::params_from_iter(values), |row| {
-                Ok(LexicalHit {
-                    memory: memory_from_row(row)?,
-                    bm25: row.get(MEMORY_COLUMN_COUNT)?,
+            let ranked: Vec<(i64, f64)> = conn
+                .prepare_cached(&rank_sql)
+                .and_then(|mut stmt| {
+                    stmt.query_map(rusqlite::params_from_iter(values), |row| {
+                        Ok((row.get(0)?, row.get(1)?))
+                    })?
+                    .collect()
                 })
-            })
-            .and_then(|rows| rows.collect())
-            .map_err(|e| self.err(e))
+                .map_err(|e| self.err(e))?;
+            let fetch_sql = format!("SELECT {MEMORY_COLUMNS} FROM memories m WHERE m.rowid = ?1");
+            let mut fetch = conn.prepare_cached(&fetch_sql).map_err(|e| self.err(e))?;
+            ranked
+                .into_iter()
+                .map(|(rowid, bm25)| {
+                    let memory = fetch
+                        .query_row([rowid], memory_from_row)
+                        .map_err(|e| self.err(e))?;
+                    Ok(LexicalHit { memory, bm25 })
+                })
+                .collect()
         })
     }
 

@@ -262,17 +262,22 @@ fn better_matches_rank_first_and_ties_go_to_the_newest() {
     newer.scope.session_id = Some("s".into());
     newer.created_at = Some(t("2023-06-01T00:00:00Z"));
     f.store.add(newer, "test").unwrap();
-    add(
-        &f.store,
-        "u",
-        "hiking in the mountains, hiking by the lake, hiking everywhere",
-    );
+    add(&f.store, "u", "hiking in the mountains");
+    // BM25 needs a collection in which the words are not everywhere.
+    for other in [
+        "cooked pasta",
+        "read a novel",
+        "fixed the bike",
+        "called mom",
+    ] {
+        add(&f.store, "u", other);
+    }
     let hits = f
         .store
-        .search_lexical(&Filter::user("u"), "hiking", 10)
+        .search_lexical(&Filter::user("u"), "hiking mountains", 10)
         .unwrap();
     assert_eq!(hits.len(), 3);
-    assert!(hits[0].memory.text.contains("everywhere"));
+    assert!(hits[0].memory.text.contains("mountains"));
     assert!(hits[0].bm25 > hits[1].bm25);
     assert_eq!(hits[1].bm25, hits[2].bm25);
     assert_eq!(hits[1].memory.created_at, t("2023-06-01T00:00:00Z"));
@@ -502,7 +507,10 @@ mod files {
             .unwrap();
         assert_eq!(n, 1);
         drop(conn);
-        assert_eq!(std::fs::read(&path).unwrap().len(), before.len());
+        assert!(
+            std::fs::read(&path).unwrap() == before,
+            "the file was changed"
+        );
     }
 
     #[test]
@@ -513,7 +521,48 @@ mod files {
         std::fs::write(&path, &garbage).unwrap();
         let err = SqliteStore::open(&path).unwrap_err();
         assert!(matches!(err, StoreError::Corrupt { .. }), "{err}");
-        assert_eq!(std::fs::read(&path).unwrap(), garbage);
+        assert!(
+            std::fs::read(&path).unwrap() == garbage,
+            "the file was changed"
+        );
+    }
+
+    #[test]
+    fn a_full_disk_fails_cleanly_and_keeps_what_was_stored() {
+        let dir = TempDir::new().unwrap();
+        let path = dir.path().join("engram.db");
+        let store = SqliteStore::open_with(
+            &path,
+            StoreOptions {
+                max_database_bytes: Some(256 * 1024),
+                ..StoreOptions::default()
+            },
+        )
+        .unwrap();
+        let mut stored = 0;
+        let err = loop {
+            let batch: Vec<_> = (0..50)
+                .map(|i| {
+                    NewMemory::new(
+                        Scope::user("u"),
+                        format!("memory {stored} {i} {}", "words ".repeat(40)),
+                    )
+                })
+                .collect();
+            match store.add_many(batch, "test") {
+                Ok(_) => stored += 50,
+                Err(e) => break e,
+            }
+            assert!(stored < 100_000, "the quota never bit");
+        };
+        assert!(matches!(err, StoreError::DiskFull), "{err}");
+        assert!(stored > 0);
+        // The failed batch left nothing behind; everything before it is intact.
+        assert_eq!(store.count(&Filter::user("u")).unwrap(), stored);
+        drop(store);
+        let reopened = SqliteStore::open(&path).unwrap();
+        assert_eq!(reopened.count(&Filter::user("u")).unwrap(), stored);
+        assert_eq!(search(&reopened, &Filter::user("u"), "memory").len(), 10);
     }
 
     #[test]

@@ -105,21 +105,34 @@ fn json_error(err: &serde_json::Error) -> String {
 
 fn parse_line(bytes: &[u8]) -> Result<NewMemory, String> {
     let line = std::str::from_utf8(bytes).map_err(|_| "not valid UTF-8".to_string())?;
-    let record: ImportRecord = serde_json::from_str(line).map_err(|e| json_error(&e))?;
+    let record: ImportRecord = serde_json::from_str(line).map_err(|e| {
+        if e.is_syntax() || e.is_eof() {
+            format!("not valid JSON ({})", json_error(&e))
+        } else {
+            json_error(&e)
+        }
+    })?;
     record.into_new_memory()
 }
 
+/// What an import did.
 #[derive(Debug, Default, Serialize)]
-struct ImportSummary {
-    added: u64,
-    duplicates: u64,
-    rejected: Vec<Rejection>,
+pub struct ImportSummary {
+    /// Memories stored.
+    pub added: u64,
+    /// Lines whose text was already stored in that scope.
+    pub duplicates: u64,
+    /// Lines that could not be used, with why.
+    pub rejected: Vec<Rejection>,
 }
 
+/// A line that could not be imported.
 #[derive(Debug, Serialize)]
-struct Rejection {
-    line: u64,
-    error: String,
+pub struct Rejection {
+    /// 1-based line number.
+    pub line: u64,
+    /// Why.
+    pub error: String,
 }
 
 fn progress_bar(total_bytes: Option<u64>) -> ProgressBar {
@@ -152,37 +165,9 @@ pub fn import(ctx: &Context, args: ImportArgs) -> Result<Status> {
     };
     let store = ctx.home.open_store()?;
     let progress = progress_bar(total);
-    let mut reader = BufReader::with_capacity(1 << 16, progress.wrap_read(reader));
-    let mut summary = ImportSummary::default();
     let batch_size = usize::try_from(args.batch_size).unwrap_or(2000);
-    let mut batch: Vec<(u64, NewMemory)> = Vec::with_capacity(batch_size);
-    let mut line_no = 0u64;
-    let mut buf = Vec::new();
-    loop {
-        buf.clear();
-        let read = reader
-            .read_until(b'\n', &mut buf)
-            .with_context(|| format!("cannot read {}", args.file.display()))?;
-        if read == 0 {
-            break;
-        }
-        line_no += 1;
-        if buf.iter().all(u8::is_ascii_whitespace) {
-            continue;
-        }
-        match parse_line(&buf) {
-            Ok(memory) => batch.push((line_no, memory)),
-            Err(error) => summary.rejected.push(Rejection {
-                line: line_no,
-                error,
-            }),
-        }
-        if batch.len() >= batch_size {
-            flush(&store, &mut batch, &mut summary)?;
-            progress.set_message(format!("{} added", summary.added));
-        }
-    }
-    flush(&store, &mut batch, &mut summary)?;
+    let mut summary = import_reader(&store, progress.wrap_read(reader), batch_size, &progress)
+        .with_context(|| format!("while importing {}", args.file.display()))?;
     progress.finish_and_clear();
 
     summary.rejected.sort_by_key(|r| r.line);
@@ -205,6 +190,44 @@ pub fn import(ctx: &Context, args: ImportArgs) -> Result<Status> {
     } else {
         Status::Partial
     })
+}
+
+/// Reads JSONL memories from `reader` and stores them in batches of `batch_size` lines, each in
+/// one transaction. Bad lines are collected in the summary; the rest are stored.
+pub fn import_reader(
+    store: &dyn MemoryStore,
+    reader: impl Read,
+    batch_size: usize,
+    progress: &ProgressBar,
+) -> Result<ImportSummary> {
+    let mut reader = BufReader::with_capacity(1 << 16, reader);
+    let mut summary = ImportSummary::default();
+    let mut batch: Vec<(u64, NewMemory)> = Vec::with_capacity(batch_size);
+    let mut line_no = 0u64;
+    let mut buf = Vec::new();
+    loop {
+        buf.clear();
+        if reader.read_until(b'\n', &mut buf)? == 0 {
+            break;
+        }
+        line_no += 1;
+        if buf.iter().all(u8::is_ascii_whitespace) {
+            continue;
+        }
+        match parse_line(&buf) {
+            Ok(memory) => batch.push((line_no, memory)),
+            Err(error) => summary.rejected.push(Rejection {
+                line: line_no,
+                error,
+            }),
+        }
+        if batch.len() >= batch_size {
+            flush(store, &mut batch, &mut summary)?;
+            progress.set_message(format!("{} added", summary.added));
+        }
+    }
+    flush(store, &mut batch, &mut summary)?;
+    Ok(summary)
 }
 
 /// Stores one batch in one transaction. A failure of the whole batch (disk full, locked for too

@@ -1,6 +1,6 @@
 //! One module per group of commands; [`run`] dispatches.
 
-mod import_export;
+pub mod import_export;
 mod memory;
 mod search;
 
