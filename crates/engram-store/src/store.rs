@@ -253,6 +253,12 @@ fn open_connection(
         flags |= OpenFlags::SQLITE_OPEN_CREATE;
     }
     let conn = Connection::open_with_flags(path, flags).map_err(map)?;
+    if create {
+        // The writer checkpoints every ~16 MB of log instead of every 4 MB: fewer fsyncs during
+        // bulk imports, at the cost of a somewhat longer log for readers to consult.
+        conn.pragma_update(None, "wal_autocheckpoint", 4000)
+            .map_err(map)?;
+    }
     conn.busy_timeout(options.busy_timeout).map_err(map)?;
     conn.set_prepared_statement_cache_capacity(64);
     // Reading the header is the first moment SQLite notices a file that is not a database.

@@ -155,8 +155,8 @@ fn progress_bar(total_bytes: Option<u64>) -> ProgressBar {
 }
 
 pub fn import(ctx: &Context, args: ImportArgs) -> Result<Status> {
-    let (reader, total): (Box<dyn Read>, Option<u64>) = if args.file == Path::new("-") {
-        (Box::new(std::io::stdin().lock()), None)
+    let (reader, total): (Box<dyn Read + Send>, Option<u64>) = if args.file == Path::new("-") {
+        (Box::new(std::io::stdin()), None)
     } else {
         let file = File::open(&args.file)
             .with_context(|| format!("cannot open {}", args.file.display()))?;
@@ -192,42 +192,73 @@ pub fn import(ctx: &Context, args: ImportArgs) -> Result<Status> {
     })
 }
 
+/// A batch of parsed lines: each line number with its memory or why it was rejected.
+type ParsedBatch = Vec<(u64, Result<NewMemory, String>)>;
+
 /// Reads JSONL memories from `reader` and stores them in batches of `batch_size` lines, each in
 /// one transaction. Bad lines are collected in the summary; the rest are stored.
+///
+/// Parsing runs on its own thread, one batch ahead of the writer, so reading JSON and writing
+/// SQLite overlap.
 pub fn import_reader(
     store: &dyn MemoryStore,
-    reader: impl Read,
+    reader: impl Read + Send,
     batch_size: usize,
     progress: &ProgressBar,
 ) -> Result<ImportSummary> {
-    let mut reader = BufReader::with_capacity(1 << 16, reader);
-    let mut summary = ImportSummary::default();
-    let mut batch: Vec<(u64, NewMemory)> = Vec::with_capacity(batch_size);
-    let mut line_no = 0u64;
-    let mut buf = Vec::new();
-    loop {
-        buf.clear();
-        if reader.read_until(b'\n', &mut buf)? == 0 {
-            break;
-        }
-        line_no += 1;
-        if buf.iter().all(u8::is_ascii_whitespace) {
-            continue;
-        }
-        match parse_line(&buf) {
-            Ok(memory) => batch.push((line_no, memory)),
-            Err(error) => summary.rejected.push(Rejection {
-                line: line_no,
-                error,
-            }),
-        }
-        if batch.len() >= batch_size {
-            flush(store, &mut batch, &mut summary)?;
+    let (sender, receiver) = std::sync::mpsc::sync_channel::<ParsedBatch>(2);
+    std::thread::scope(|scope| {
+        let parser = scope.spawn(move || -> std::io::Result<()> {
+            let mut reader = BufReader::with_capacity(1 << 16, reader);
+            let mut batch: ParsedBatch = Vec::with_capacity(batch_size);
+            let mut line_no = 0u64;
+            let mut buf = Vec::new();
+            loop {
+                buf.clear();
+                if reader.read_until(b'\n', &mut buf)? == 0 {
+                    break;
+                }
+                line_no += 1;
+                if buf.iter().all(u8::is_ascii_whitespace) {
+                    continue;
+                }
+                batch.push((line_no, parse_line(&buf)));
+                if batch.len() >= batch_size {
+                    let full = std::mem::replace(&mut batch, Vec::with_capacity(batch_size));
+                    if sender.send(full).is_err() {
+                        // The writer stopped (it failed); its error is the one to report.
+                        return Ok(());
+                    }
+                }
+            }
+            if !batch.is_empty() {
+                let _ = sender.send(batch);
+            }
+            Ok(())
+        });
+        let mut summary = ImportSummary::default();
+        let mut written = Ok(());
+        for parsed in receiver {
+            let mut good = Vec::with_capacity(parsed.len());
+            for (line, result) in parsed {
+                match result {
+                    Ok(memory) => good.push((line, memory)),
+                    Err(error) => summary.rejected.push(Rejection { line, error }),
+                }
+            }
+            if let Err(e) = flush(store, &mut good, &mut summary) {
+                written = Err(e);
+                break;
+            }
             progress.set_message(format!("{} added", summary.added));
         }
-    }
-    flush(store, &mut batch, &mut summary)?;
-    Ok(summary)
+        let read = parser
+            .join()
+            .map_err(|_| anyhow::anyhow!("the import reader thread failed"))?;
+        written?;
+        read?;
+        Ok(summary)
+    })
 }
 
 /// Stores one batch in one transaction. A failure of the whole batch (disk full, locked for too
