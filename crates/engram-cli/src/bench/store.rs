@@ -1,4 +1,4 @@
-//! `engram bench`: speed measurements recorded in BENCHMARKS.md.
+//! `engram bench store`: import throughput, search latency, one-shot process time, size, RSS.
 
 use std::fs::File;
 use std::io::{BufWriter, Write};
@@ -14,18 +14,11 @@ use engram_store::{DATABASE_FILE, SqliteStore};
 use indicatif::ProgressBar;
 use serde::Serialize;
 
-use crate::cli::{BenchCommand, BenchStoreArgs};
+use crate::cli::BenchStoreArgs;
 use crate::commands::Context;
 use crate::commands::import_export::import_reader;
 use crate::exit::Status;
 use crate::output;
-
-/// Runs a benchmark.
-pub fn run(ctx: &Context, command: BenchCommand) -> Result<Status> {
-    match command {
-        BenchCommand::Store(args) => bench_store(ctx, args),
-    }
-}
 
 /// A small, fast, deterministic generator (SplitMix64); benchmarks need repeatable data, not
 /// cryptographic randomness.
@@ -220,7 +213,8 @@ struct StoreBenchRow {
     peak_rss_mib: f64,
 }
 
-fn percentile(sorted: &[Duration], p: f64) -> f64 {
+/// The `p` quantile (0..=1) of sorted durations, in milliseconds.
+pub fn percentile(sorted: &[Duration], p: f64) -> f64 {
     if sorted.is_empty() {
         return 0.0;
     }
@@ -229,7 +223,7 @@ fn percentile(sorted: &[Duration], p: f64) -> f64 {
 }
 
 /// Peak resident memory of this process so far, from /proc (Linux); 0 where unavailable.
-fn peak_rss_mib() -> f64 {
+pub fn peak_rss_mib() -> f64 {
     std::fs::read_to_string("/proc/self/status")
         .ok()
         .and_then(|status| {
@@ -243,7 +237,7 @@ fn peak_rss_mib() -> f64 {
 }
 
 /// Restarts the peak-RSS counter so each size reports its own peak (Linux; ignored elsewhere).
-fn reset_peak_rss() {
+pub fn reset_peak_rss() {
     let _ = std::fs::write("/proc/self/clear_refs", "5");
 }
 
@@ -269,7 +263,8 @@ fn write_dataset(path: &Path, n: usize, users: usize, vocab: &Vocabulary, seed: 
     Ok(())
 }
 
-fn bench_store(ctx: &Context, args: BenchStoreArgs) -> Result<Status> {
+/// Runs `engram bench store`.
+pub fn run(ctx: &Context, args: BenchStoreArgs) -> Result<Status> {
     let temp;
     let root: PathBuf = match &args.dir {
         Some(dir) => dir.clone(),

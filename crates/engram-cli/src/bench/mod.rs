@@ -1,0 +1,16 @@
+//! `engram bench`: speed and quality measurements recorded in BENCHMARKS.md.
+
+pub mod store;
+
+use anyhow::Result;
+
+use crate::cli::BenchCommand;
+use crate::commands::Context;
+use crate::exit::Status;
+
+/// Runs a benchmark.
+pub fn run(ctx: &Context, command: BenchCommand) -> Result<Status> {
+    match command {
+        BenchCommand::Store(args) => store::run(ctx, args),
+    }
+}
