@@ -404,7 +404,8 @@ pub enum StreamEvent {
         /// The next piece of the arguments' JSON text.
         delta: String,
     },
-    /// Token counts so far (the last one wins).
+    /// Token counts so far (the last one wins). Informational: a retried attempt may have sent
+    /// one before failing, so count tokens from the returned [`ChatResponse`].
     Usage(Usage),
     /// The request failed before anything was delivered and is being sent again after `delay`.
     Retrying {

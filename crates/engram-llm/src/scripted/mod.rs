@@ -95,6 +95,14 @@ pub struct RecordedRequest {
     /// When each response chunk was handed to the connection (same process only).
     #[serde(skip)]
     pub sent_at: Vec<Instant>,
+    /// When each chunk carrying content (a text, reasoning or tool-call delta; for a whole
+    /// response, its body) was handed over, in microseconds since the epoch. For a
+    /// [`Turn::stream_deltas`] turn, entry `i` is delta `i`.
+    #[serde(default)]
+    pub content_sent_unix_us: Vec<u64>,
+    /// The same, as instants (same process only).
+    #[serde(skip)]
+    pub content_sent_at: Vec<Instant>,
 }
 
 impl RecordedRequest {
@@ -316,6 +324,71 @@ impl ScriptedServer {
     }
 }
 
+/// The latency of each streamed content delta: from the server handing delta `i` to the
+/// connection to `arrivals[i]` (when the client's sink saw it, or when it reached the terminal).
+/// Pairs beyond the shorter list are ignored.
+pub fn delta_latencies(record: &RecordedRequest, arrivals: &[Instant]) -> Vec<Duration> {
+    record
+        .content_sent_at
+        .iter()
+        .zip(arrivals)
+        .map(|(sent, arrived)| arrived.saturating_duration_since(*sent))
+        .collect()
+}
+
+/// Order statistics of a set of durations, for benchmark reports.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct LatencySummary {
+    /// How many samples.
+    pub count: usize,
+    /// The mean.
+    pub mean: Duration,
+    /// The median.
+    pub median: Duration,
+    /// The 95th percentile.
+    pub p95: Duration,
+    /// The 99th percentile.
+    pub p99: Duration,
+    /// The largest.
+    pub max: Duration,
+}
+
+impl LatencySummary {
+    /// The statistics of `samples`, or `None` when there are none.
+    pub fn of(samples: &[Duration]) -> Option<LatencySummary> {
+        let mut sorted = samples.to_vec();
+        sorted.sort_unstable();
+        let count = sorted.len();
+        let max = *sorted.last()?;
+        let at = |q: f64| sorted[((count - 1) as f64 * q).round() as usize];
+        let total: Duration = sorted.iter().sum();
+        Some(LatencySummary {
+            count,
+            mean: total / u32::try_from(count).unwrap_or(u32::MAX),
+            median: at(0.5),
+            p95: at(0.95),
+            p99: at(0.99),
+            max,
+        })
+    }
+}
+
+impl std::fmt::Display for LatencySummary {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let us = |d: Duration| d.as_secs_f64() * 1e6;
+        write!(
+            f,
+            "n={} mean={:.0}us median={:.0}us p95={:.0}us p99={:.0}us max={:.0}us",
+            self.count,
+            us(self.mean),
+            us(self.median),
+            us(self.p95),
+            us(self.p99),
+            us(self.max)
+        )
+    }
+}
+
 async fn accept_loop(listener: TcpListener, shared: Arc<Shared>) {
     loop {
         let stream = match listener.accept().await {
@@ -377,7 +450,7 @@ fn fixed(status: u16, body: &Value) -> (Plan, Option<usize>) {
         Plan {
             status,
             headers: vec![("content-type", "application/json".into())],
-            frames: vec![Frame::Data(Bytes::from(body.to_string()))],
+            frames: vec![Frame::Data(Bytes::from(body.to_string()), false)],
             chunk_delay: Duration::ZERO,
         },
         None,
@@ -432,6 +505,8 @@ async fn handle(
         sent_unix_us: Vec::new(),
         received_at: Some(received_at),
         sent_at: Vec::new(),
+        content_sent_unix_us: Vec::new(),
+        content_sent_at: Vec::new(),
     };
 
     let (plan, slot, delay) = if method == "GET" && path == "/_scripted/requests" {
@@ -484,7 +559,9 @@ async fn handle(
     if !delay.is_zero() {
         tokio::time::sleep(delay).await;
     }
-    let (tx, rx) = mpsc::channel(64);
+    // One frame in flight: a frame's timestamp is taken when the connection is ready for it,
+    // not while it waits behind others (benchmarks read these timestamps).
+    let (tx, rx) = mpsc::channel(1);
     let response = respond(plan.status, &plan.headers, ChannelBody { rx });
     tokio::spawn(send_frames(shared, slot, plan.frames, plan.chunk_delay, tx));
     Ok(response)
@@ -502,8 +579,8 @@ async fn send_frames(
         if !delay.is_zero() {
             tokio::time::sleep(delay).await;
         }
-        let item = match frame {
-            Frame::Data(bytes) => Ok(bytes),
+        let (item, content) = match frame {
+            Frame::Data(bytes, content) => (Ok(bytes), content),
             Frame::Drop => {
                 // hyper drops unsent buffered data when a body fails; let it write out what came
                 // before, so the client really sees the partial answer and then the break.
@@ -511,10 +588,8 @@ async fn send_frames(
                     tokio::time::sleep(Duration::from_millis(1)).await;
                 }
                 tokio::time::sleep(Duration::from_millis(20)).await;
-                Err(io::Error::new(
-                    io::ErrorKind::ConnectionAborted,
-                    "scripted drop",
-                ))
+                let drop = io::Error::new(io::ErrorKind::ConnectionAborted, "scripted drop");
+                (Err(drop), false)
             }
         };
         let last = item.is_err();
@@ -524,11 +599,51 @@ async fn send_frames(
         if let Some(slot) = slot
             && let Some(record) = lock(&shared.requests).get_mut(slot)
         {
-            record.sent_at.push(Instant::now());
-            record.sent_unix_us.push(unix_us());
+            let (now, now_us) = (Instant::now(), unix_us());
+            record.sent_at.push(now);
+            record.sent_unix_us.push(now_us);
+            if content {
+                record.content_sent_at.push(now);
+                record.content_sent_unix_us.push(now_us);
+            }
         }
         if last {
             return;
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn latency_summary_orders_samples() {
+        let samples: Vec<Duration> = (1..=100).rev().map(Duration::from_millis).collect();
+        let s = LatencySummary::of(&samples).unwrap();
+        assert_eq!(s.count, 100);
+        assert_eq!(s.median, Duration::from_millis(51));
+        assert_eq!(s.p99, Duration::from_millis(99));
+        assert_eq!(s.max, Duration::from_millis(100));
+        assert_eq!(s.mean, Duration::from_micros(50_500));
+        assert_eq!(LatencySummary::of(&[]), None);
+    }
+
+    #[test]
+    fn delta_latencies_pair_sends_with_arrivals() {
+        let start = Instant::now();
+        let record = RecordedRequest {
+            content_sent_at: vec![start, start + Duration::from_millis(5)],
+            ..RecordedRequest::default()
+        };
+        let arrivals = [
+            start + Duration::from_millis(1),
+            start + Duration::from_millis(7),
+            start,
+        ];
+        assert_eq!(
+            delta_latencies(&record, &arrivals),
+            [Duration::from_millis(1), Duration::from_millis(2)]
+        );
     }
 }

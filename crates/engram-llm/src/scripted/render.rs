@@ -18,8 +18,8 @@ pub(crate) enum WireKind {
 /// One piece of a response body.
 #[derive(Debug, Clone)]
 pub(crate) enum Frame {
-    /// Bytes to send.
-    Data(Bytes),
+    /// Bytes to send, and whether they carry content (text, reasoning, a tool call).
+    Data(Bytes, bool),
     /// Break the connection here.
     Drop,
 }
@@ -45,9 +45,10 @@ pub(crate) fn plan(turn: &Turn, wire: WireKind, request: &Value, number: usize) 
     let chunk_delay = Duration::from_millis(turn.chunk_delay_ms);
     if !stream {
         let frames = if turn.malformed {
-            vec![Frame::Data(Bytes::from_static(
-                b"{\"choices\": [{\"message\": <html>Bad Gateway</html>",
-            ))]
+            vec![Frame::Data(
+                Bytes::from_static(b"{\"choices\": [{\"message\": <html>Bad Gateway</html>"),
+                false,
+            )]
         } else if turn.drop_after.is_some() {
             vec![Frame::Drop]
         } else {
@@ -55,7 +56,7 @@ pub(crate) fn plan(turn: &Turn, wire: WireKind, request: &Value, number: usize) 
                 WireKind::OpenAi => openai_whole(turn, request, number),
                 WireKind::Anthropic => anthropic_whole(turn, request, number),
             };
-            vec![Frame::Data(Bytes::from(body.to_string()))]
+            vec![Frame::Data(Bytes::from(body.to_string()), true)]
         };
         return Plan {
             status: 200,
@@ -89,11 +90,11 @@ pub(crate) fn plan(turn: &Turn, wire: WireKind, request: &Value, number: usize) 
         };
         frames.truncate(cut);
         match turn.stream_error {
-            Some(kind) => tail.push(Frame::Data(stream_error_frame(kind, wire))),
+            Some(kind) => tail.push(Frame::Data(stream_error_frame(kind, wire), false)),
             None => tail.push(Frame::Drop),
         }
     }
-    let mut frames: Vec<Frame> = frames.into_iter().map(|(b, _)| Frame::Data(b)).collect();
+    let mut frames: Vec<Frame> = frames.into_iter().map(|(b, c)| Frame::Data(b, c)).collect();
     frames.extend(tail);
     Plan {
         status: 200,
@@ -524,7 +525,7 @@ fn error_plan(error: &ScriptedError, wire: WireKind) -> Plan {
     Plan {
         status,
         headers,
-        frames: vec![Frame::Data(Bytes::from(body.to_string()))],
+        frames: vec![Frame::Data(Bytes::from(body.to_string()), false)],
         chunk_delay: Duration::ZERO,
     }
 }
