@@ -7,6 +7,7 @@
 
 mod error;
 pub mod fts;
+pub mod jobs;
 mod rows;
 pub mod schema;
 mod store;

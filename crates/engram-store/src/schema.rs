@@ -56,6 +56,52 @@ pub const MIGRATIONS: &[&str] = &[
         tokenize = "ascii tokenchars '_'"
     );
     "#,
+    // 2: scheduled jobs and their run history (see jobs.rs). Times in milliseconds, as named.
+    r#"
+    CREATE TABLE jobs (
+        id               TEXT    PRIMARY KEY,
+        name             TEXT    NOT NULL,
+        enabled          INTEGER NOT NULL CHECK (enabled IN (0, 1)),
+        schedule_kind    TEXT    NOT NULL CHECK (schedule_kind IN ('at', 'every', 'cron')),
+        at_ms            INTEGER,
+        every_ms         INTEGER CHECK (every_ms > 0),
+        anchor_ms        INTEGER,
+        cron_expr        TEXT,
+        tz               TEXT    NOT NULL,
+        message          TEXT    NOT NULL,
+        deliver          INTEGER NOT NULL DEFAULT 0,
+        channel          TEXT,
+        recipient        TEXT,
+        session_key      TEXT    NOT NULL,
+        missed           TEXT    NOT NULL CHECK (missed IN ('run_once', 'skip')),
+        delete_after_run INTEGER NOT NULL,
+        next_run_at_ms   INTEGER,
+        last_run_at_ms   INTEGER,
+        last_status      TEXT,
+        last_error       TEXT,
+        running_run_id   INTEGER,
+        created_at_ms    INTEGER NOT NULL,
+        updated_at_ms    INTEGER NOT NULL
+    );
+    CREATE INDEX jobs_next_run ON jobs (next_run_at_ms) WHERE enabled = 1;
+
+    CREATE TABLE job_runs (
+        id              INTEGER PRIMARY KEY,
+        job_id          TEXT    NOT NULL,
+        job_name        TEXT    NOT NULL,
+        trigger         TEXT    NOT NULL CHECK (trigger IN ('schedule', 'missed', 'manual')),
+        scheduled_at_ms INTEGER,
+        started_at_ms   INTEGER NOT NULL,
+        finished_at_ms  INTEGER,
+        status          TEXT    NOT NULL
+                        CHECK (status IN ('running', 'ok', 'error', 'interrupted', 'skipped')),
+        error           TEXT,
+        output          TEXT,
+        runner_pid      INTEGER
+    );
+    CREATE INDEX job_runs_job ON job_runs (job_id, id);
+    CREATE INDEX job_runs_running ON job_runs (status) WHERE status = 'running';
+    "#,
 ];
 
 /// The schema version this build writes.
