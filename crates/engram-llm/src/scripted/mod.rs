@@ -24,6 +24,8 @@
 //! # Ok(()) }
 //! ```
 //!
+//! [`ScriptedServer::start`] runs on the caller's tokio runtime; [`ScriptedServer::spawn`] runs on
+//! its own thread, for synchronous tests that run the `engram` binary and wait for it.
 //! `GET /_scripted/requests` returns the recorded requests as JSON, for a server run as a child
 //! process (see the `engram-scripted-llm` binary).
 
@@ -190,6 +192,13 @@ pub struct ScriptedServer {
     addr: SocketAddr,
     shared: Arc<Shared>,
     accept: JoinHandle<()>,
+    background: Option<Background>,
+}
+
+/// The thread and runtime of a server started with [`ScriptedServer::spawn`].
+struct Background {
+    stop: Option<tokio::sync::oneshot::Sender<()>>,
+    thread: Option<std::thread::JoinHandle<()>>,
 }
 
 impl std::fmt::Debug for ScriptedServer {
@@ -204,6 +213,14 @@ impl std::fmt::Debug for ScriptedServer {
 impl Drop for ScriptedServer {
     fn drop(&mut self) {
         self.accept.abort();
+        if let Some(background) = &mut self.background {
+            if let Some(stop) = background.stop.take() {
+                let _ = stop.send(());
+            }
+            if let Some(thread) = background.thread.take() {
+                let _ = thread.join();
+            }
+        }
     }
 }
 
@@ -232,7 +249,49 @@ impl ScriptedServer {
             addr,
             shared,
             accept,
+            background: None,
         })
+    }
+
+    /// Starts a server on its own thread and runtime, for synchronous tests (e.g. ones that run
+    /// the `engram` binary and wait for it, which would starve a server on the test's runtime).
+    pub fn spawn(turns: Vec<Turn>) -> io::Result<ScriptedServer> {
+        let (ready_tx, ready_rx) = std::sync::mpsc::channel();
+        let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
+        let thread = std::thread::Builder::new()
+            .name("scripted-llm".into())
+            .spawn(move || {
+                let runtime = match tokio::runtime::Builder::new_current_thread()
+                    .enable_all()
+                    .build()
+                {
+                    Ok(runtime) => runtime,
+                    Err(e) => {
+                        let _ = ready_tx.send(Err(e));
+                        return;
+                    }
+                };
+                runtime.block_on(async move {
+                    match ScriptedServer::start(turns).await {
+                        Ok(server) => {
+                            let _ = ready_tx.send(Ok(server));
+                            // Serve until the handle is dropped.
+                            let _ = stop_rx.await;
+                        }
+                        Err(e) => {
+                            let _ = ready_tx.send(Err(e));
+                        }
+                    }
+                });
+            })?;
+        let mut server = ready_rx.recv().map_err(|_| {
+            io::Error::other("the scripted server's thread stopped before starting")
+        })??;
+        server.background = Some(Background {
+            stop: Some(stop_tx),
+            thread: Some(thread),
+        });
+        Ok(server)
     }
 
     /// The address it listens on.
@@ -616,6 +675,27 @@ async fn send_frames(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_spawned_server_serves_without_the_callers_runtime() {
+        let server = ScriptedServer::spawn(vec![Turn::text("from its own thread")]).unwrap();
+        // Talk to it with blocking std I/O: no runtime on this thread at all.
+        use std::io::{Read, Write};
+        let mut stream = std::net::TcpStream::connect(server.addr()).unwrap();
+        let body = r#"{"model":"m","messages":[{"role":"user","content":"hi"}]}"#;
+        write!(
+            stream,
+            "POST /v1/chat/completions HTTP/1.1\r\nhost: x\r\ncontent-type: application/json\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{body}",
+            body.len()
+        )
+        .unwrap();
+        let mut response = String::new();
+        stream.read_to_string(&mut response).unwrap();
+        assert!(response.starts_with("HTTP/1.1 200"), "{response}");
+        assert!(response.contains("from its own thread"));
+        assert_eq!(server.requests()[0].body["model"], "m");
+        drop(server); // stops the thread
+    }
 
     #[test]
     fn latency_summary_orders_samples() {
