@@ -242,6 +242,19 @@ pub struct ExportArgs {
 pub enum BenchCommand {
     /// Store speed: import throughput, search latency, one-shot search time, size, peak RSS.
     Store(BenchStoreArgs),
+    /// Retrieval quality: evidence recall@k on the LoCoMo benchmark, per question category.
+    Locomo(BenchLocomoArgs),
+}
+
+/// `engram bench locomo`.
+#[derive(Debug, Args)]
+pub struct BenchLocomoArgs {
+    /// The LoCoMo JSON file (a list of samples, as in snap-research/LoCoMo data/locomo10.json).
+    #[arg(long)]
+    pub data: PathBuf,
+    /// Recall cut-offs (comma-separated).
+    #[arg(long, value_delimiter = ',', default_value = "5,10,20")]
+    pub k: Vec<usize>,
 }
 
 /// `engram bench store`.

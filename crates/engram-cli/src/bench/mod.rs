@@ -1,5 +1,6 @@
 //! `engram bench`: speed and quality measurements recorded in BENCHMARKS.md.
 
+pub mod locomo;
 pub mod store;
 
 use anyhow::Result;
@@ -12,5 +13,6 @@ use crate::exit::Status;
 pub fn run(ctx: &Context, command: BenchCommand) -> Result<Status> {
     match command {
         BenchCommand::Store(args) => store::run(ctx, args),
+        BenchCommand::Locomo(args) => locomo::run(ctx, args),
     }
 }

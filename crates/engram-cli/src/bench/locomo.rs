@@ -1,0 +1,359 @@
+//! `engram bench locomo`: evidence recall@k on the LoCoMo long-term conversation benchmark.
+//!
+//! Each conversation goes into its own user scope, one episode per turn ("<speaker>: <text>",
+//! with the image caption appended), dated by its session and carrying its `dia_id` in metadata.
+//! Every question of categories 1-4 is asked as a search; recall@k is the fraction of the
+//! question's evidence turns found among the top k hits, averaged over questions.
+
+use std::collections::{BTreeMap, HashSet};
+use std::path::Path;
+use std::sync::Arc;
+use std::time::Instant;
+
+use anyhow::{Context as _, Result, anyhow, bail};
+use engram_core::{Filter, Kind, MemoryStore, NewMemory, Scope};
+use engram_memory::{SearchRequest, Searcher};
+use engram_store::{DATABASE_FILE, SqliteStore};
+use indicatif::{ProgressBar, ProgressStyle};
+use jiff::Timestamp;
+use serde::Serialize;
+use serde_json::{Value, json};
+
+use super::store::percentile;
+use crate::cli::BenchLocomoArgs;
+use crate::commands::Context;
+use crate::exit::Status;
+use crate::output;
+
+/// The question categories the measure covers, with LoCoMo's names.
+const CATEGORIES: [(u8, &str); 4] = [
+    (1, "multi-hop"),
+    (2, "temporal"),
+    (3, "open-domain"),
+    (4, "single-hop"),
+];
+
+struct Turn {
+    dia_id: String,
+    session: u32,
+    text: String,
+    at: Timestamp,
+}
+
+struct Question {
+    category: u8,
+    text: String,
+    evidence: Vec<String>,
+}
+
+struct Conversation {
+    id: String,
+    turns: Vec<Turn>,
+    questions: Vec<Question>,
+}
+
+/// Reads "1:56 pm on 8 May, 2023" (the dataset's session times, taken as UTC).
+fn session_time(text: &str) -> Result<Timestamp> {
+    let civil = jiff::civil::DateTime::strptime("%I:%M %p on %d %B, %Y", text.trim())
+        .with_context(|| format!("session time '{text}'"))?;
+    Ok(civil.to_zoned(jiff::tz::TimeZone::UTC)?.timestamp())
+}
+
+/// Evidence ids as the dataset writes them, including its few malformed ones
+/// ("D8:6; D9:17", "D:11:26", "D9:1 D4:4"), normalised to "D<session>:<turn>".
+fn evidence_ids(raw: &[Value]) -> Vec<String> {
+    let mut ids = Vec::new();
+    for item in raw.iter().filter_map(Value::as_str) {
+        for piece in item.split(|c: char| c == ';' || c.is_whitespace()) {
+            let digits: Vec<&str> = piece
+                .trim_start_matches('D')
+                .trim_start_matches(':')
+                .split(':')
+                .collect();
+            if let [session, turn] = digits[..]
+                && let (Ok(s), Ok(t)) = (session.parse::<u32>(), turn.parse::<u32>())
+            {
+                ids.push(format!("D{s}:{t}"));
+            }
+        }
+    }
+    ids
+}
+
+fn load(path: &Path) -> Result<Vec<Conversation>> {
+    let text =
+        std::fs::read_to_string(path).with_context(|| format!("cannot read {}", path.display()))?;
+    let samples: Vec<Value> = serde_json::from_str(&text)
+        .with_context(|| format!("{} is not a LoCoMo JSON list", path.display()))?;
+    let mut conversations = Vec::new();
+    for sample in samples {
+        let id = sample["sample_id"]
+            .as_str()
+            .ok_or_else(|| anyhow!("a sample has no sample_id"))?
+            .to_string();
+        let conv = &sample["conversation"];
+        let mut turns = Vec::new();
+        for session in 1u32.. {
+            let key = format!("session_{session}");
+            let Some(list) = conv.get(&key) else {
+                if conv.get(format!("{key}_date_time")).is_some() {
+                    continue; // dated sessions without turns exist
+                }
+                break;
+            };
+            let at = session_time(conv[format!("{key}_date_time")].as_str().unwrap_or(""))
+                .with_context(|| format!("{id} {key}"))?;
+            for turn in list.as_array().into_iter().flatten() {
+                let (Some(speaker), Some(dia_id)) =
+                    (turn["speaker"].as_str(), turn["dia_id"].as_str())
+                else {
+                    continue;
+                };
+                let mut text = format!("{speaker}: {}", turn["text"].as_str().unwrap_or(""));
+                if let Some(caption) = turn["blip_caption"].as_str() {
+                    text.push_str(&format!(" [shares an image: {caption}]"));
+                }
+                turns.push(Turn {
+                    dia_id: dia_id.to_string(),
+                    session,
+                    text,
+                    at,
+                });
+            }
+        }
+        let questions = sample["qa"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter_map(|qa| {
+                let category = u8::try_from(qa["category"].as_u64()?).ok()?;
+                Some(Question {
+                    category,
+                    text: qa["question"].as_str()?.to_string(),
+                    evidence: evidence_ids(qa["evidence"].as_array()?),
+                })
+            })
+            .collect();
+        conversations.push(Conversation {
+            id,
+            turns,
+            questions,
+        });
+    }
+    Ok(conversations)
+}
+
+#[derive(Debug, Default, Serialize)]
+struct CategoryResult {
+    name: String,
+    questions: usize,
+    recall: BTreeMap<usize, f64>,
+}
+
+#[derive(Debug, Serialize)]
+struct LocomoReport {
+    conversations: usize,
+    turns: usize,
+    questions: usize,
+    skipped_questions: usize,
+    ingest_seconds: f64,
+    ingest_per_second: f64,
+    query_p50_ms: f64,
+    query_p95_ms: f64,
+    categories: Vec<CategoryResult>,
+    overall: CategoryResult,
+}
+
+/// Runs `engram bench locomo`.
+pub fn run(ctx: &Context, args: BenchLocomoArgs) -> Result<Status> {
+    let mut ks = args.k.clone();
+    ks.sort_unstable();
+    ks.dedup();
+    if ks.is_empty() || ks[0] == 0 {
+        bail!("--k needs positive cut-offs, e.g. --k 5,10,20");
+    }
+    let max_k = ks[ks.len() - 1];
+    let conversations = load(&args.data)?;
+    let temp = tempfile::tempdir()?;
+    let store = Arc::new(SqliteStore::open(temp.path().join(DATABASE_FILE))?);
+
+    // Ingest.
+    let turns: usize = conversations.iter().map(|c| c.turns.len()).sum();
+    let started = Instant::now();
+    for conv in &conversations {
+        let batch = conv
+            .turns
+            .iter()
+            .map(|turn| {
+                let mut memory = NewMemory::new(Scope::user(conv.id.clone()), turn.text.clone())
+                    .with_kind(Kind::Episode)
+                    .with_source("locomo")
+                    .at(turn.at)
+                    .with_meta("dia_id", json!(turn.dia_id))
+                    .with_meta("session", json!(turn.session));
+                memory.valid_from = Some(turn.at);
+                memory
+            })
+            .collect();
+        for outcome in store.add_many(batch, "bench")? {
+            outcome?;
+        }
+    }
+    let ingest = started.elapsed();
+
+    // Ask.
+    let searcher = Searcher::new(store.clone());
+    let mut per_category: BTreeMap<u8, (usize, BTreeMap<usize, f64>)> = BTreeMap::new();
+    let mut latencies = Vec::new();
+    let mut skipped = 0;
+    let total: u64 = conversations
+        .iter()
+        .map(|c| {
+            c.questions
+                .iter()
+                .filter(|q| (1..=4).contains(&q.category))
+                .count() as u64
+        })
+        .sum();
+    let progress = if std::io::IsTerminal::is_terminal(&std::io::stderr()) {
+        ProgressBar::new(total).with_style(
+            ProgressStyle::with_template("{spinner} asking [{bar:30}] {pos}/{len}")
+                .unwrap_or_else(|_| ProgressStyle::default_bar()),
+        )
+    } else {
+        ProgressBar::hidden()
+    };
+    for conv in &conversations {
+        let known: HashSet<&str> = conv.turns.iter().map(|t| t.dia_id.as_str()).collect();
+        for question in conv
+            .questions
+            .iter()
+            .filter(|q| (1..=4).contains(&q.category))
+        {
+            progress.inc(1);
+            let evidence: HashSet<&str> = question
+                .evidence
+                .iter()
+                .map(String::as_str)
+                .filter(|id| known.contains(id))
+                .collect();
+            if evidence.is_empty() {
+                skipped += 1;
+                continue;
+            }
+            let request = SearchRequest {
+                filter: Filter::user(conv.id.clone()),
+                query: question.text.clone(),
+                limit: max_k,
+            };
+            let started = Instant::now();
+            let hits = match searcher.search(&request) {
+                Ok(hits) => hits,
+                // A question with no searchable words finds nothing; it still counts.
+                Err(engram_core::StoreError::BadQuery(_)) => Vec::new(),
+                Err(e) => return Err(e.into()),
+            };
+            latencies.push(started.elapsed());
+            let ranked: Vec<&str> = hits
+                .iter()
+                .filter_map(|h| h.memory.metadata.get("dia_id").and_then(Value::as_str))
+                .collect();
+            let entry = per_category.entry(question.category).or_default();
+            entry.0 += 1;
+            for &k in &ks {
+                let found = ranked
+                    .iter()
+                    .take(k)
+                    .filter(|id| evidence.contains(*id))
+                    .collect::<HashSet<_>>()
+                    .len();
+                *entry.1.entry(k).or_default() += found as f64 / evidence.len() as f64;
+            }
+        }
+    }
+    progress.finish_and_clear();
+    latencies.sort();
+
+    let mut overall = CategoryResult {
+        name: "overall".into(),
+        ..CategoryResult::default()
+    };
+    let mut categories = Vec::new();
+    for (category, name) in CATEGORIES {
+        let (count, sums) = per_category.remove(&category).unwrap_or_default();
+        overall.questions += count;
+        for (&k, &sum) in &sums {
+            *overall.recall.entry(k).or_default() += sum;
+        }
+        categories.push(CategoryResult {
+            name: format!("{category} {name}"),
+            questions: count,
+            recall: sums
+                .into_iter()
+                .map(|(k, sum)| (k, sum / count.max(1) as f64))
+                .collect(),
+        });
+    }
+    let n = overall.questions.max(1) as f64;
+    overall.recall.values_mut().for_each(|v| *v /= n);
+    let report = LocomoReport {
+        conversations: conversations.len(),
+        turns,
+        questions: overall.questions,
+        skipped_questions: skipped,
+        ingest_seconds: ingest.as_secs_f64(),
+        ingest_per_second: turns as f64 / ingest.as_secs_f64().max(1e-9),
+        query_p50_ms: percentile(&latencies, 0.5),
+        query_p95_ms: percentile(&latencies, 0.95),
+        categories,
+        overall,
+    };
+    if ctx.json {
+        output::json(&report)?;
+    } else {
+        print_report(&report, &ks);
+    }
+    Ok(Status::Success)
+}
+
+fn print_report(report: &LocomoReport, ks: &[usize]) {
+    println!(
+        "LoCoMo: {} conversations, {} turns, {} questions (categories 1-4; {} without resolvable evidence skipped)",
+        report.conversations, report.turns, report.questions, report.skipped_questions
+    );
+    let header: Vec<String> = ks.iter().map(|k| format!("R@{k:<4}")).collect();
+    println!("{:<16} {:>5}  {}", "category", "n", header.join("  "));
+    for row in report.categories.iter().chain([&report.overall]) {
+        let cells: Vec<String> = ks
+            .iter()
+            .map(|k| format!("{:<6.3}", row.recall.get(k).copied().unwrap_or(0.0)))
+            .collect();
+        println!("{:<16} {:>5}  {}", row.name, row.questions, cells.join(" "));
+    }
+    println!(
+        "ingest {:.2} s ({:.0} turns/s); query p50 {:.2} ms, p95 {:.2} ms",
+        report.ingest_seconds, report.ingest_per_second, report.query_p50_ms, report.query_p95_ms
+    );
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn evidence_ids_survive_the_datasets_typos() {
+        let raw = json!(["D1:3", "D8:6; D9:17", "D:11:26", "D9:1 D4:4", "D"]);
+        assert_eq!(
+            evidence_ids(raw.as_array().unwrap()),
+            ["D1:3", "D8:6", "D9:17", "D11:26", "D9:1", "D4:4"]
+        );
+    }
+
+    #[test]
+    fn session_times_parse() {
+        let t = session_time("1:56 pm on 8 May, 2023").unwrap();
+        assert_eq!(t.to_string(), "2023-05-08T13:56:00Z");
+        let t = session_time("10:37 am on 27 June, 2023").unwrap();
+        assert_eq!(t.to_string(), "2023-06-27T10:37:00Z");
+    }
+}
