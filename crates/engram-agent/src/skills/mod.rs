@@ -57,6 +57,11 @@ pub const BUILTIN_SKILLS: &[(&str, &str)] = &[
 
 const SUMMARY_HEADER: &str = include_str!("../../templates/skills_summary.md");
 
+/// The system prompt section title for [`SkillSet::summary`].
+pub const SKILLS_SECTION_TITLE: &str = "Skills";
+/// The system prompt section title for [`SkillSet::always_text`].
+pub const ALWAYS_SKILLS_SECTION_TITLE: &str = "Skills loaded in full";
+
 /// Where a skill comes from.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum SkillSource {
@@ -259,8 +264,9 @@ impl SkillSet {
         self.skills.iter().find(|s| s.name == name)
     }
 
-    /// The system prompt's summary of all skills: name, description, availability and where
-    /// to read each. `None` when there are no skills.
+    /// The system prompt's summary of all skills (the body of a section titled
+    /// [`SKILLS_SECTION_TITLE`]): name, description, availability and where to read each.
+    /// `None` when there are no skills.
     pub fn summary(&self) -> Option<String> {
         if self.skills.is_empty() {
             return None;
@@ -289,14 +295,14 @@ impl SkillSet {
         Some(out.trim_end().to_string())
     }
 
-    /// The full text of every available `always` skill, for the system prompt. `None` when
-    /// there are none.
+    /// The full text of every available `always` skill, for the system prompt (the body of a
+    /// section titled [`ALWAYS_SKILLS_SECTION_TITLE`]). `None` when there are none.
     pub fn always_text(&self) -> Option<String> {
         let parts: Vec<String> = self
             .skills
             .iter()
             .filter(|s| s.always && s.is_available())
-            .map(|s| format!("# Skill: {}\n\n{}", s.name, s.body.trim()))
+            .map(|s| format!("### Skill: {}\n\n{}", s.name, s.body.trim()))
             .collect();
         (!parts.is_empty()).then(|| parts.join("\n\n"))
     }
