@@ -1,7 +1,26 @@
 //! engram's agent.
 //!
-//! For now this crate holds the tools the agent acts through ([`tools`]): a registry that
-//! validates a model's arguments and exports tool descriptions for OpenAI- and Anthropic-style
-//! APIs, and the built-in file, shell and note tools, confined to a workspace directory.
+//! - [`agent`]: the ReAct state machine (Reasoning -> Action -> ... -> Answer) and its
+//!   controller, [`Agent`], which streams what happens as [`AgentEvent`]s.
+//! - [`run_state`]: the run state the states read and write ([`RunState`], with the in-memory
+//!   baseline [`InMemoryRunState`]), dumpable for replay.
+//! - [`prompt`]: the system prompt, a versioned text file plus added sections.
+//! - [`tools`]: the tool registry and the built-in file, shell and note tools, confined to a
+//!   workspace.
+//! - [`CancelToken`]: how a run is cancelled from outside (Ctrl-C).
 
+pub mod agent;
+mod cancel;
+pub mod prompt;
+pub mod run_state;
 pub mod tools;
+
+pub use agent::{
+    Agent, AgentConfig, AgentEvent, AgentSink, DEFAULT_MAX_STEPS, RunEnd, RunError, RunOutcome,
+    StepTiming, ToolMode, TurnHooks,
+};
+pub use cancel::CancelToken;
+pub use prompt::{PromptSection, PromptVars, SystemPrompt};
+pub use run_state::{
+    InMemoryRunState, NextAction, RunProgress, RunRecord, RunState, RunStateError, RunStatus,
+};
