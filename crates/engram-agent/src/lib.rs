@@ -8,12 +8,20 @@
 //! - [`tools`]: the tool registry and the built-in file, shell and note tools, confined to a
 //!   workspace.
 //! - [`CancelToken`]: how a run is cancelled from outside (Ctrl-C).
+//! - [`scheduler`]: scheduled jobs (`at`, `every`, `cron` with time zones), the heartbeat, the
+//!   gateway daemon that runs them through a [`scheduler::TurnRunner`], and the `cron` tool.
+//! - [`skills`]: SKILL.md skills (built-in and workspace), their prompt summary and the
+//!   `load_skill` tool.
+//! - [`workspace`]: the bootstrap files of the system prompt and `engram onboard`'s templates.
 
 pub mod agent;
 mod cancel;
 pub mod prompt;
 pub mod run_state;
+pub mod scheduler;
+pub mod skills;
 pub mod tools;
+pub mod workspace;
 
 pub use agent::{
     Agent, AgentConfig, AgentEvent, AgentSink, DEFAULT_MAX_STEPS, RunEnd, RunError, RunOutcome,
