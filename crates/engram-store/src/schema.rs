@@ -102,6 +102,25 @@ pub const MIGRATIONS: &[&str] = &[
     CREATE INDEX job_runs_job ON job_runs (job_id, id);
     CREATE INDEX job_runs_running ON job_runs (status) WHERE status = 'running';
     "#,
+    // 3: dense vectors, one per model and content hash, so a text is embedded once per model
+    // (an invalidated memory and a re-added one share it). `id` gives insertion order so an
+    // in-memory index can catch up with rows added by other processes.
+    r#"
+    CREATE TABLE embedding_models (
+        model      TEXT    PRIMARY KEY,
+        dimension  INTEGER NOT NULL CHECK (dimension > 0),
+        created_at INTEGER NOT NULL
+    );
+    CREATE TABLE embeddings (
+        id           INTEGER PRIMARY KEY,
+        model        TEXT    NOT NULL REFERENCES embedding_models (model),
+        content_hash TEXT    NOT NULL,
+        vector       BLOB    NOT NULL,  -- little-endian f32, `dimension` of them
+        truncated    INTEGER NOT NULL DEFAULT 0,
+        UNIQUE (model, content_hash)
+    );
+    CREATE INDEX memories_content_hash ON memories (content_hash);
+    "#,
 ];
 
 /// The schema version this build writes.
