@@ -7,10 +7,12 @@
 
 mod error;
 pub mod fts;
+pub mod graph;
 pub mod jobs;
 mod rows;
 pub mod schema;
 mod store;
+pub mod tokens;
 
 pub use store::{SqliteStore, StoreOptions};
 

@@ -121,6 +121,55 @@ pub const MIGRATIONS: &[&str] = &[
     );
     CREATE INDEX memories_content_hash ON memories (content_hash);
     "#,
+    // 4: API tokens for `engram serve` (stored as SHA-256 hashes; see tokens.rs) and the
+    // knowledge graph of the MCP graph tools (see graph.rs). Each entity and observation points
+    // at the memory that makes it findable by search; NULL until that memory is written.
+    r#"
+    CREATE TABLE api_tokens (
+        id           TEXT    PRIMARY KEY,
+        name         TEXT,
+        users        TEXT    NOT NULL,  -- JSON list of the user ids the token may touch
+        token_hash   TEXT    NOT NULL,  -- lowercase hex SHA-256 of the whole token text
+        created_at   INTEGER NOT NULL,  -- microseconds since the Unix epoch
+        last_used_at INTEGER,
+        revoked_at   INTEGER
+    );
+
+    CREATE TABLE graph_entities (
+        id          INTEGER PRIMARY KEY,
+        user_id     TEXT    NOT NULL,
+        name        TEXT    NOT NULL,
+        entity_type TEXT    NOT NULL,
+        memory_id   TEXT,
+        created_at  INTEGER NOT NULL,
+        UNIQUE (user_id, name)
+    );
+    CREATE INDEX graph_entities_memory ON graph_entities (memory_id);
+    CREATE INDEX graph_entities_unindexed ON graph_entities (user_id) WHERE memory_id IS NULL;
+
+    CREATE TABLE graph_observations (
+        id         INTEGER PRIMARY KEY,
+        entity_id  INTEGER NOT NULL REFERENCES graph_entities (id) ON DELETE CASCADE,
+        content    TEXT    NOT NULL,
+        memory_id  TEXT,
+        created_at INTEGER NOT NULL,
+        UNIQUE (entity_id, content)
+    );
+    CREATE INDEX graph_observations_memory ON graph_observations (memory_id);
+    CREATE INDEX graph_observations_unindexed ON graph_observations (entity_id)
+        WHERE memory_id IS NULL;
+
+    CREATE TABLE graph_relations (
+        id            INTEGER PRIMARY KEY,
+        user_id       TEXT    NOT NULL,
+        from_name     TEXT    NOT NULL,
+        to_name       TEXT    NOT NULL,
+        relation_type TEXT    NOT NULL,
+        created_at    INTEGER NOT NULL,
+        UNIQUE (user_id, from_name, to_name, relation_type)
+    );
+    CREATE INDEX graph_relations_to ON graph_relations (user_id, to_name);
+    "#,
 ];
 
 /// The schema version this build writes.

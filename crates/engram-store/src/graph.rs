@@ -1,0 +1,1061 @@
+//! A knowledge graph per user — entities, their observations and the relations between them —
+//! in the same SQLite file as the memories, so several processes share it safely.
+//!
+//! The shapes follow the reference MCP memory server (`@modelcontextprotocol/server-memory`):
+//! an entity has a unique name, a type and a list of observations; a relation joins two entity
+//! names with a type in active voice. The serde names (`entityType`, `relationType`) are that
+//! server's, so its JSONL file and its tool arguments read as they are.
+//!
+//! Every entity and observation is also meant to be findable by ranked search: the caller writes
+//! a memory for each and records its id here with [`GraphStore::set_index`]. Rows whose memory is
+//! not written yet (a crash in between, another process mid-way) are listed by
+//! [`GraphStore::pending_index`], so any process can finish the job; adding a memory twice is
+//! harmless because the store keeps one copy of the same text.
+
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+use std::sync::{Mutex, MutexGuard};
+use std::time::Duration;
+
+use engram_core::{MemoryId, StoreError};
+use jiff::Timestamp;
+use rusqlite::{
+    Connection, OpenFlags, OptionalExtension, Transaction, TransactionBehavior, params,
+};
+use serde::{Deserialize, Serialize};
+
+use crate::error::from_sqlite;
+use crate::{SqliteStore, StoreOptions};
+
+/// Longest entity name, entity type or relation type, in bytes.
+pub const MAX_NAME_BYTES: usize = 1_024;
+/// Longest observation, in bytes (its memory also carries the entity's name).
+pub const MAX_OBSERVATION_BYTES: usize = 60 * 1024;
+
+/// Why a graph operation failed.
+#[derive(Debug, thiserror::Error)]
+pub enum GraphError {
+    /// Observations were offered for an entity that does not exist.
+    #[error("Entity with name {0} not found")]
+    EntityNotFound(String),
+    /// A name, type or observation is not acceptable.
+    #[error("{0}")]
+    Invalid(String),
+    /// The database failed.
+    #[error(transparent)]
+    Store(#[from] StoreError),
+}
+
+/// A node of the graph.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Entity {
+    /// Unique (per user) name.
+    pub name: String,
+    /// What sort of thing it is (`person`, `project`, ...).
+    pub entity_type: String,
+    /// Facts about it, oldest first.
+    #[serde(default)]
+    pub observations: Vec<String>,
+}
+
+/// A directed, typed edge between two entity names.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Relation {
+    /// The entity the relation starts at.
+    pub from: String,
+    /// The entity it ends at.
+    pub to: String,
+    /// What the relation is, in active voice (`works_at`).
+    pub relation_type: String,
+}
+
+/// Entities and the relations among them.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct KnowledgeGraph {
+    /// The entities.
+    pub entities: Vec<Entity>,
+    /// The relations.
+    pub relations: Vec<Relation>,
+}
+
+/// Observations to add to one entity.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ObservationInput {
+    /// The entity.
+    pub entity_name: String,
+    /// The observations.
+    pub contents: Vec<String>,
+}
+
+/// What [`GraphStore::add_observations`] added to one entity.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ObservationsAdded {
+    /// The entity.
+    pub entity_name: String,
+    /// The observations that were new.
+    pub added_observations: Vec<String>,
+}
+
+/// Observations to remove from one entity.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ObservationDeletion {
+    /// The entity.
+    pub entity_name: String,
+    /// The observations to remove.
+    pub observations: Vec<String>,
+}
+
+/// A graph row that still needs its search memory.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PendingIndex {
+    /// Which row.
+    pub target: IndexTarget,
+    /// Its entity's name.
+    pub entity_name: String,
+    /// Its entity's type.
+    pub entity_type: String,
+    /// The observation, for an observation row.
+    pub observation: Option<String>,
+}
+
+/// A row that can carry a search memory.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum IndexTarget {
+    /// An entity's name and type.
+    Entity(i64),
+    /// One observation.
+    Observation(i64),
+}
+
+/// What a search memory stands for in the graph.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum GraphLink {
+    /// An entity's name and type.
+    Entity {
+        /// The entity.
+        name: String,
+    },
+    /// One observation of an entity.
+    Observation {
+        /// The entity.
+        name: String,
+        /// The observation.
+        content: String,
+    },
+}
+
+fn check_name(what: &str, value: &str, allow_empty: bool) -> Result<(), GraphError> {
+    if !allow_empty && value.trim().is_empty() {
+        return Err(GraphError::Invalid(format!("{what} is empty")));
+    }
+    if value.len() > MAX_NAME_BYTES {
+        return Err(GraphError::Invalid(format!(
+            "{what} is {} bytes, more than the limit of {MAX_NAME_BYTES}",
+            value.len()
+        )));
+    }
+    Ok(())
+}
+
+fn check_observation(entity: &str, content: &str) -> Result<(), GraphError> {
+    if content.trim().is_empty() {
+        return Err(GraphError::Invalid(format!(
+            "an observation of entity {entity} is empty"
+        )));
+    }
+    if content.len() > MAX_OBSERVATION_BYTES {
+        return Err(GraphError::Invalid(format!(
+            "an observation of entity {entity} is {} bytes, more than the limit of {MAX_OBSERVATION_BYTES}",
+            content.len()
+        )));
+    }
+    Ok(())
+}
+
+fn check_relation(relation: &Relation) -> Result<(), GraphError> {
+    check_name("a relation's from", &relation.from, false)?;
+    check_name("a relation's to", &relation.to, false)?;
+    check_name("a relation's relationType", &relation.relation_type, false)
+}
+
+/// The knowledge graphs of one database file.
+#[derive(Debug)]
+pub struct GraphStore {
+    path: PathBuf,
+    busy_timeout: Duration,
+    reader: Mutex<Connection>,
+    writer: Mutex<Connection>,
+}
+
+impl GraphStore {
+    /// Opens the graphs of the database at `path` (created and migrated if needed).
+    pub fn open(path: impl AsRef<Path>) -> Result<Self, GraphError> {
+        Self::open_with(path, StoreOptions::default())
+    }
+
+    /// Opens the graphs of the database at `path` with these options (only the busy timeout
+    /// matters here; times come from the caller).
+    pub fn open_with(path: impl AsRef<Path>, options: StoreOptions) -> Result<Self, GraphError> {
+        let path = path.as_ref().to_path_buf();
+        let busy_timeout = options.busy_timeout;
+        // Opening the memory store creates the file, checks it is engram's and migrates it.
+        drop(SqliteStore::open_with(&path, options)?);
+        let connect = || -> Result<Connection, StoreError> {
+            let map = |e| from_sqlite(e, &path, busy_timeout);
+            let flags = OpenFlags::SQLITE_OPEN_READ_WRITE | OpenFlags::SQLITE_OPEN_NO_MUTEX;
+            let conn = Connection::open_with_flags(&path, flags).map_err(map)?;
+            conn.busy_timeout(busy_timeout).map_err(map)?;
+            conn.execute_batch("PRAGMA synchronous = NORMAL; PRAGMA foreign_keys = ON;")
+                .map_err(map)?;
+            Ok(conn)
+        };
+        let reader = connect()?;
+        let writer = connect()?;
+        Ok(Self {
+            path,
+            busy_timeout,
+            reader: Mutex::new(reader),
+            writer: Mutex::new(writer),
+        })
+    }
+
+    /// The database file.
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    fn err(&self, e: rusqlite::Error) -> GraphError {
+        GraphError::Store(from_sqlite(e, &self.path, self.busy_timeout))
+    }
+
+    fn write<T>(
+        &self,
+        f: impl FnOnce(&Transaction<'_>) -> Result<T, GraphError>,
+    ) -> Result<T, GraphError> {
+        let mut conn = lock(&self.writer);
+        let tx = conn
+            .transaction_with_behavior(TransactionBehavior::Immediate)
+            .map_err(|e| self.err(e))?;
+        let value = f(&tx)?;
+        tx.commit().map_err(|e| self.err(e))?;
+        Ok(value)
+    }
+
+    fn read<T>(
+        &self,
+        f: impl FnOnce(&Connection) -> Result<T, GraphError>,
+    ) -> Result<T, GraphError> {
+        let conn = lock(&self.reader);
+        f(&conn)
+    }
+
+    /// Creates the entities whose names are new; entities that exist already are left as they
+    /// are. Returns the ones created, with their observations (each once).
+    pub fn create_entities(
+        &self,
+        user_id: &str,
+        entities: &[Entity],
+        now: Timestamp,
+    ) -> Result<Vec<Entity>, GraphError> {
+        for entity in entities {
+            check_name("an entity's name", &entity.name, false)?;
+            check_name("an entity's entityType", &entity.entity_type, true)?;
+            for content in &entity.observations {
+                check_observation(&entity.name, content)?;
+            }
+        }
+        let now = now.as_microsecond();
+        self.write(|tx| {
+            let mut created = Vec::new();
+            for entity in entities {
+                let inserted = tx
+                    .prepare_cached(
+                        "INSERT OR IGNORE INTO graph_entities (user_id, name, entity_type, created_at) \
+                         VALUES (?1, ?2, ?3, ?4)",
+                    )
+                    .and_then(|mut s| s.execute(params![user_id, entity.name, entity.entity_type, now]))
+                    .map_err(|e| self.err(e))?;
+                if inserted == 0 {
+                    continue;
+                }
+                let entity_id = tx.last_insert_rowid();
+                let mut kept = Vec::new();
+                for content in &entity.observations {
+                    if insert_observation(tx, entity_id, content, now).map_err(|e| self.err(e))? {
+                        kept.push(content.clone());
+                    }
+                }
+                created.push(Entity {
+                    name: entity.name.clone(),
+                    entity_type: entity.entity_type.clone(),
+                    observations: kept,
+                });
+            }
+            Ok(created)
+        })
+    }
+
+    /// Creates the relations that do not exist yet; returns those.
+    pub fn create_relations(
+        &self,
+        user_id: &str,
+        relations: &[Relation],
+        now: Timestamp,
+    ) -> Result<Vec<Relation>, GraphError> {
+        for relation in relations {
+            check_relation(relation)?;
+        }
+        let now = now.as_microsecond();
+        self.write(|tx| {
+            let mut created = Vec::new();
+            for relation in relations {
+                let inserted = tx
+                    .prepare_cached(
+                        "INSERT OR IGNORE INTO graph_relations \
+                         (user_id, from_name, to_name, relation_type, created_at) \
+                         VALUES (?1, ?2, ?3, ?4, ?5)",
+                    )
+                    .and_then(|mut s| {
+                        s.execute(params![
+                            user_id,
+                            relation.from,
+                            relation.to,
+                            relation.relation_type,
+                            now
+                        ])
+                    })
+                    .map_err(|e| self.err(e))?;
+                if inserted == 1 {
+                    created.push(relation.clone());
+                }
+            }
+            Ok(created)
+        })
+    }
+
+    /// Adds observations to existing entities; each entity keeps one copy of each observation.
+    /// If any entity is missing, nothing is added.
+    pub fn add_observations(
+        &self,
+        user_id: &str,
+        inputs: &[ObservationInput],
+        now: Timestamp,
+    ) -> Result<Vec<ObservationsAdded>, GraphError> {
+        for input in inputs {
+            for content in &input.contents {
+                check_observation(&input.entity_name, content)?;
+            }
+        }
+        let now = now.as_microsecond();
+        self.write(|tx| {
+            let mut results = Vec::with_capacity(inputs.len());
+            for input in inputs {
+                let entity_id = entity_id(tx, user_id, &input.entity_name)
+                    .map_err(|e| self.err(e))?
+                    .ok_or_else(|| GraphError::EntityNotFound(input.entity_name.clone()))?;
+                let mut added = Vec::new();
+                for content in &input.contents {
+                    if insert_observation(tx, entity_id, content, now).map_err(|e| self.err(e))? {
+                        added.push(content.clone());
+                    }
+                }
+                results.push(ObservationsAdded {
+                    entity_name: input.entity_name.clone(),
+                    added_observations: added,
+                });
+            }
+            Ok(results)
+        })
+    }
+
+    /// Deletes entities, their observations and every relation that starts or ends at them.
+    /// Names that do not exist are ignored. Returns the ids of the search memories that now
+    /// stand for nothing, for the caller to delete.
+    pub fn delete_entities(
+        &self,
+        user_id: &str,
+        names: &[String],
+    ) -> Result<Vec<MemoryId>, GraphError> {
+        self.write(|tx| {
+            let mut orphaned = Vec::new();
+            for name in names {
+                let Some(id) = entity_id(tx, user_id, name).map_err(|e| self.err(e))? else {
+                    continue;
+                };
+                let mut stmt = tx
+                    .prepare_cached(
+                        "SELECT memory_id FROM graph_observations \
+                         WHERE entity_id = ?1 AND memory_id IS NOT NULL \
+                         UNION ALL SELECT memory_id FROM graph_entities \
+                         WHERE id = ?1 AND memory_id IS NOT NULL",
+                    )
+                    .map_err(|e| self.err(e))?;
+                let ids = stmt
+                    .query_map([id], |r| r.get::<_, String>(0))
+                    .and_then(|rows| rows.collect::<Result<Vec<_>, _>>())
+                    .map_err(|e| self.err(e))?;
+                orphaned.extend(ids.iter().filter_map(|s| s.parse::<MemoryId>().ok()));
+                // Observations go with their entity (ON DELETE CASCADE).
+                tx.prepare_cached("DELETE FROM graph_entities WHERE id = ?1")
+                    .and_then(|mut s| s.execute([id]))
+                    .map_err(|e| self.err(e))?;
+                tx.prepare_cached(
+                    "DELETE FROM graph_relations WHERE user_id = ?1 AND (from_name = ?2 OR to_name = ?2)",
+                )
+                .and_then(|mut s| s.execute(params![user_id, name]))
+                .map_err(|e| self.err(e))?;
+            }
+            Ok(orphaned)
+        })
+    }
+
+    /// Removes observations from entities; missing entities and observations are ignored.
+    /// Returns the ids of the search memories that now stand for nothing.
+    pub fn delete_observations(
+        &self,
+        user_id: &str,
+        deletions: &[ObservationDeletion],
+    ) -> Result<Vec<MemoryId>, GraphError> {
+        self.write(|tx| {
+            let mut orphaned = Vec::new();
+            for deletion in deletions {
+                let Some(id) =
+                    entity_id(tx, user_id, &deletion.entity_name).map_err(|e| self.err(e))?
+                else {
+                    continue;
+                };
+                for content in &deletion.observations {
+                    let memory: Option<Option<String>> = tx
+                        .prepare_cached(
+                            "DELETE FROM graph_observations WHERE entity_id = ?1 AND content = ?2 \
+                             RETURNING memory_id",
+                        )
+                        .and_then(|mut s| {
+                            s.query_row(params![id, content], |r| r.get(0)).optional()
+                        })
+                        .map_err(|e| self.err(e))?;
+                    if let Some(memory) = memory.flatten().and_then(|m| m.parse().ok()) {
+                        orphaned.push(memory);
+                    }
+                }
+            }
+            Ok(orphaned)
+        })
+    }
+
+    /// Deletes these relations; ones that do not exist are ignored.
+    pub fn delete_relations(
+        &self,
+        user_id: &str,
+        relations: &[Relation],
+    ) -> Result<(), GraphError> {
+        self.write(|tx| {
+            for relation in relations {
+                tx.prepare_cached(
+                    "DELETE FROM graph_relations WHERE user_id = ?1 AND from_name = ?2 \
+                     AND to_name = ?3 AND relation_type = ?4",
+                )
+                .and_then(|mut s| {
+                    s.execute(params![
+                        user_id,
+                        relation.from,
+                        relation.to,
+                        relation.relation_type
+                    ])
+                })
+                .map_err(|e| self.err(e))?;
+            }
+            Ok(())
+        })
+    }
+
+    /// The user's whole graph: entities and observations in the order they were added.
+    pub fn read_graph(&self, user_id: &str) -> Result<KnowledgeGraph, GraphError> {
+        self.read(|conn| {
+            let mut stmt = conn
+                .prepare_cached(
+                    "SELECT e.id, e.name, e.entity_type, o.content FROM graph_entities e \
+                     LEFT JOIN graph_observations o ON o.entity_id = e.id \
+                     WHERE e.user_id = ?1 ORDER BY e.id, o.id",
+                )
+                .map_err(|e| self.err(e))?;
+            let rows = stmt
+                .query_map([user_id], |r| {
+                    Ok((
+                        r.get::<_, i64>(0)?,
+                        r.get::<_, String>(1)?,
+                        r.get::<_, String>(2)?,
+                        r.get::<_, Option<String>>(3)?,
+                    ))
+                })
+                .and_then(|rows| rows.collect::<Result<Vec<_>, _>>())
+                .map_err(|e| self.err(e))?;
+            let mut entities: Vec<Entity> = Vec::new();
+            let mut last_id = None;
+            for (id, name, entity_type, content) in rows {
+                if last_id != Some(id) {
+                    last_id = Some(id);
+                    entities.push(Entity {
+                        name,
+                        entity_type,
+                        observations: Vec::new(),
+                    });
+                }
+                if let (Some(content), Some(entity)) = (content, entities.last_mut()) {
+                    entity.observations.push(content);
+                }
+            }
+            let mut stmt = conn
+                .prepare_cached(
+                    "SELECT from_name, to_name, relation_type FROM graph_relations \
+                     WHERE user_id = ?1 ORDER BY id",
+                )
+                .map_err(|e| self.err(e))?;
+            let relations = stmt
+                .query_map([user_id], relation_from_row)
+                .and_then(|rows| rows.collect::<Result<Vec<_>, _>>())
+                .map_err(|e| self.err(e))?;
+            Ok(KnowledgeGraph {
+                entities,
+                relations,
+            })
+        })
+    }
+
+    /// The named entities (in the order asked, each once; unknown names are skipped) and every
+    /// relation that starts or ends at one of them.
+    pub fn open_nodes(
+        &self,
+        user_id: &str,
+        names: &[String],
+    ) -> Result<KnowledgeGraph, GraphError> {
+        self.read(|conn| {
+            let mut entities = Vec::new();
+            let mut seen = std::collections::HashSet::new();
+            for name in names {
+                if !seen.insert(name.as_str()) {
+                    continue;
+                }
+                if let Some(entity) = load_entity(conn, user_id, name).map_err(|e| self.err(e))? {
+                    entities.push(entity);
+                }
+            }
+            let relations =
+                relations_touching(conn, user_id, &entities).map_err(|e| self.err(e))?;
+            Ok(KnowledgeGraph {
+                entities,
+                relations,
+            })
+        })
+    }
+
+    /// Every relation that starts or ends at one of these entities, oldest first.
+    pub fn relations_of(
+        &self,
+        user_id: &str,
+        entities: &[Entity],
+    ) -> Result<Vec<Relation>, GraphError> {
+        self.read(|conn| relations_touching(conn, user_id, entities).map_err(|e| self.err(e)))
+    }
+
+    /// Up to `limit` rows of the user's graph that have no search memory yet.
+    pub fn pending_index(
+        &self,
+        user_id: &str,
+        limit: usize,
+    ) -> Result<Vec<PendingIndex>, GraphError> {
+        let limit = i64::try_from(limit).unwrap_or(i64::MAX);
+        self.read(|conn| {
+            let mut pending = Vec::new();
+            let mut stmt = conn
+                .prepare_cached(
+                    "SELECT id, name, entity_type FROM graph_entities \
+                     WHERE user_id = ?1 AND memory_id IS NULL ORDER BY id LIMIT ?2",
+                )
+                .map_err(|e| self.err(e))?;
+            let rows = stmt
+                .query_map(params![user_id, limit], |r| {
+                    Ok(PendingIndex {
+                        target: IndexTarget::Entity(r.get(0)?),
+                        entity_name: r.get(1)?,
+                        entity_type: r.get(2)?,
+                        observation: None,
+                    })
+                })
+                .and_then(|rows| rows.collect::<Result<Vec<_>, _>>())
+                .map_err(|e| self.err(e))?;
+            pending.extend(rows);
+            let mut stmt = conn
+                .prepare_cached(
+                    "SELECT o.id, e.name, e.entity_type, o.content FROM graph_observations o \
+                     JOIN graph_entities e ON e.id = o.entity_id \
+                     WHERE e.user_id = ?1 AND o.memory_id IS NULL ORDER BY o.id LIMIT ?2",
+                )
+                .map_err(|e| self.err(e))?;
+            let rows = stmt
+                .query_map(params![user_id, limit], |r| {
+                    Ok(PendingIndex {
+                        target: IndexTarget::Observation(r.get(0)?),
+                        entity_name: r.get(1)?,
+                        entity_type: r.get(2)?,
+                        observation: Some(r.get(3)?),
+                    })
+                })
+                .and_then(|rows| rows.collect::<Result<Vec<_>, _>>())
+                .map_err(|e| self.err(e))?;
+            pending.extend(rows);
+            Ok(pending)
+        })
+    }
+
+    /// Records the search memory written for each row. Rows deleted in the meantime are
+    /// skipped; the returned ids are memories that stand for nothing because of that.
+    pub fn set_index(
+        &self,
+        links: &[(IndexTarget, MemoryId)],
+    ) -> Result<Vec<MemoryId>, GraphError> {
+        self.write(|tx| {
+            let mut orphaned = Vec::new();
+            for (target, memory) in links {
+                let (sql, id) = match target {
+                    IndexTarget::Entity(id) => {
+                        ("UPDATE graph_entities SET memory_id = ?1 WHERE id = ?2", id)
+                    }
+                    IndexTarget::Observation(id) => (
+                        "UPDATE graph_observations SET memory_id = ?1 WHERE id = ?2",
+                        id,
+                    ),
+                };
+                let changed = tx
+                    .prepare_cached(sql)
+                    .and_then(|mut s| s.execute(params![memory.to_string(), id]))
+                    .map_err(|e| self.err(e))?;
+                if changed == 0 {
+                    orphaned.push(*memory);
+                }
+            }
+            Ok(orphaned)
+        })
+    }
+
+    /// What each of these memories stands for in the user's graph; memories that stand for
+    /// nothing there are left out.
+    pub fn links(
+        &self,
+        user_id: &str,
+        memories: &[MemoryId],
+    ) -> Result<HashMap<MemoryId, GraphLink>, GraphError> {
+        self.read(|conn| {
+            let mut links = HashMap::with_capacity(memories.len());
+            let mut by_entity = conn
+                .prepare_cached(
+                    "SELECT name FROM graph_entities WHERE user_id = ?1 AND memory_id = ?2",
+                )
+                .map_err(|e| self.err(e))?;
+            let mut by_observation = conn
+                .prepare_cached(
+                    "SELECT e.name, o.content FROM graph_observations o \
+                     JOIN graph_entities e ON e.id = o.entity_id \
+                     WHERE e.user_id = ?1 AND o.memory_id = ?2",
+                )
+                .map_err(|e| self.err(e))?;
+            for memory in memories {
+                let key = memory.to_string();
+                let entity: Option<String> = by_entity
+                    .query_row(params![user_id, key], |r| r.get(0))
+                    .optional()
+                    .map_err(|e| self.err(e))?;
+                if let Some(name) = entity {
+                    links.insert(*memory, GraphLink::Entity { name });
+                    continue;
+                }
+                let observation: Option<(String, String)> = by_observation
+                    .query_row(params![user_id, key], |r| Ok((r.get(0)?, r.get(1)?)))
+                    .optional()
+                    .map_err(|e| self.err(e))?;
+                if let Some((name, content)) = observation {
+                    links.insert(*memory, GraphLink::Observation { name, content });
+                }
+            }
+            Ok(links)
+        })
+    }
+}
+
+fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
+    // SQLite rolls back whatever a panicking holder left open.
+    mutex.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+fn entity_id(conn: &Connection, user_id: &str, name: &str) -> rusqlite::Result<Option<i64>> {
+    conn.prepare_cached("SELECT id FROM graph_entities WHERE user_id = ?1 AND name = ?2")?
+        .query_row(params![user_id, name], |r| r.get(0))
+        .optional()
+}
+
+/// Inserts one observation unless the entity has it already; true when inserted.
+fn insert_observation(
+    tx: &Transaction<'_>,
+    entity_id: i64,
+    content: &str,
+    now: i64,
+) -> rusqlite::Result<bool> {
+    let inserted = tx
+        .prepare_cached(
+            "INSERT OR IGNORE INTO graph_observations (entity_id, content, created_at) \
+             VALUES (?1, ?2, ?3)",
+        )?
+        .execute(params![entity_id, content, now])?;
+    Ok(inserted == 1)
+}
+
+fn load_entity(conn: &Connection, user_id: &str, name: &str) -> rusqlite::Result<Option<Entity>> {
+    let found: Option<(i64, String)> = conn
+        .prepare_cached(
+            "SELECT id, entity_type FROM graph_entities WHERE user_id = ?1 AND name = ?2",
+        )?
+        .query_row(params![user_id, name], |r| Ok((r.get(0)?, r.get(1)?)))
+        .optional()?;
+    let Some((id, entity_type)) = found else {
+        return Ok(None);
+    };
+    let observations = conn
+        .prepare_cached("SELECT content FROM graph_observations WHERE entity_id = ?1 ORDER BY id")?
+        .query_map([id], |r| r.get(0))?
+        .collect::<Result<Vec<String>, _>>()?;
+    Ok(Some(Entity {
+        name: name.to_string(),
+        entity_type,
+        observations,
+    }))
+}
+
+fn relation_from_row(row: &rusqlite::Row<'_>) -> rusqlite::Result<Relation> {
+    Ok(Relation {
+        from: row.get(0)?,
+        to: row.get(1)?,
+        relation_type: row.get(2)?,
+    })
+}
+
+fn relations_touching(
+    conn: &Connection,
+    user_id: &str,
+    entities: &[Entity],
+) -> rusqlite::Result<Vec<Relation>> {
+    let mut found: Vec<(i64, Relation)> = Vec::new();
+    let mut seen = std::collections::HashSet::new();
+    let mut stmt = conn.prepare_cached(
+        "SELECT id, from_name, to_name, relation_type FROM graph_relations \
+         WHERE user_id = ?1 AND (from_name = ?2 OR to_name = ?2)",
+    )?;
+    for entity in entities {
+        let rows = stmt
+            .query_map(params![user_id, entity.name], |r| {
+                Ok((
+                    r.get::<_, i64>(0)?,
+                    Relation {
+                        from: r.get(1)?,
+                        to: r.get(2)?,
+                        relation_type: r.get(3)?,
+                    },
+                ))
+            })?
+            .collect::<Result<Vec<_>, _>>()?;
+        for (id, relation) in rows {
+            if seen.insert(id) {
+                found.push((id, relation));
+            }
+        }
+    }
+    found.sort_by_key(|(id, _)| *id);
+    Ok(found.into_iter().map(|(_, r)| r).collect())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use tempfile::TempDir;
+
+    fn store() -> (TempDir, GraphStore) {
+        let dir = TempDir::new().unwrap();
+        let graph = GraphStore::open(dir.path().join("engram.db")).unwrap();
+        (dir, graph)
+    }
+
+    fn entity(name: &str, kind: &str, observations: &[&str]) -> Entity {
+        Entity {
+            name: name.to_string(),
+            entity_type: kind.to_string(),
+            observations: observations.iter().map(|s| s.to_string()).collect(),
+        }
+    }
+
+    fn relation(from: &str, to: &str, kind: &str) -> Relation {
+        Relation {
+            from: from.to_string(),
+            to: to.to_string(),
+            relation_type: kind.to_string(),
+        }
+    }
+
+    #[test]
+    fn entities_are_created_once_per_user() {
+        let (_dir, graph) = store();
+        let now = Timestamp::now();
+        let created = graph
+            .create_entities(
+                "u",
+                &[
+                    entity(
+                        "Alice",
+                        "person",
+                        &["likes tea", "likes tea", "lives in Berlin"],
+                    ),
+                    entity("Alice", "robot", &[]),
+                ],
+                now,
+            )
+            .unwrap();
+        assert_eq!(
+            created,
+            vec![entity("Alice", "person", &["likes tea", "lives in Berlin"])]
+        );
+        assert!(
+            graph
+                .create_entities("u", &[entity("Alice", "x", &["new"])], now)
+                .unwrap()
+                .is_empty()
+        );
+        // Another user has a graph of their own.
+        assert_eq!(
+            graph
+                .create_entities("v", &[entity("Alice", "cat", &[])], now)
+                .unwrap()
+                .len(),
+            1
+        );
+        let read = graph.read_graph("u").unwrap();
+        assert_eq!(
+            read.entities,
+            vec![entity("Alice", "person", &["likes tea", "lives in Berlin"])]
+        );
+    }
+
+    #[test]
+    fn observations_need_an_existing_entity_and_all_or_nothing_is_added() {
+        let (_dir, graph) = store();
+        let now = Timestamp::now();
+        graph
+            .create_entities("u", &[entity("A", "t", &["one"])], now)
+            .unwrap();
+        let err = graph
+            .add_observations(
+                "u",
+                &[
+                    ObservationInput {
+                        entity_name: "A".into(),
+                        contents: vec!["two".into()],
+                    },
+                    ObservationInput {
+                        entity_name: "B".into(),
+                        contents: vec!["x".into()],
+                    },
+                ],
+                now,
+            )
+            .unwrap_err();
+        assert_eq!(err.to_string(), "Entity with name B not found");
+        assert_eq!(
+            graph.read_graph("u").unwrap().entities[0].observations,
+            vec!["one"]
+        );
+        let added = graph
+            .add_observations(
+                "u",
+                &[ObservationInput {
+                    entity_name: "A".into(),
+                    contents: vec!["one".into(), "two".into()],
+                }],
+                now,
+            )
+            .unwrap();
+        assert_eq!(added[0].added_observations, vec!["two"]);
+    }
+
+    #[test]
+    fn deleting_an_entity_takes_its_relations_and_returns_its_memories() {
+        let (_dir, graph) = store();
+        let now = Timestamp::now();
+        graph
+            .create_entities(
+                "u",
+                &[entity("A", "t", &["a1"]), entity("B", "t", &[])],
+                now,
+            )
+            .unwrap();
+        let rels = graph
+            .create_relations(
+                "u",
+                &[
+                    relation("A", "B", "knows"),
+                    relation("B", "C", "knows"),
+                    relation("A", "B", "knows"),
+                ],
+                now,
+            )
+            .unwrap();
+        assert_eq!(rels.len(), 2);
+        let pending = graph.pending_index("u", 100).unwrap();
+        assert_eq!(pending.len(), 3);
+        let links: Vec<_> = pending
+            .iter()
+            .map(|p| (p.target, MemoryId::new()))
+            .collect();
+        assert!(graph.set_index(&links).unwrap().is_empty());
+        assert!(graph.pending_index("u", 100).unwrap().is_empty());
+
+        let a_memories: Vec<MemoryId> = links
+            .iter()
+            .zip(&pending)
+            .filter(|(_, p)| p.entity_name == "A")
+            .map(|((_, m), _)| *m)
+            .collect();
+        let mut orphaned = graph
+            .delete_entities("u", &["A".into(), "Z".into()])
+            .unwrap();
+        orphaned.sort();
+        let mut expected = a_memories.clone();
+        expected.sort();
+        assert_eq!(orphaned, expected);
+        let read = graph.read_graph("u").unwrap();
+        assert_eq!(read.entities, vec![entity("B", "t", &[])]);
+        assert_eq!(read.relations, vec![relation("B", "C", "knows")]);
+    }
+
+    #[test]
+    fn links_map_memories_back_to_entities() {
+        let (_dir, graph) = store();
+        let now = Timestamp::now();
+        graph
+            .create_entities("u", &[entity("A", "t", &["a1"])], now)
+            .unwrap();
+        let pending = graph.pending_index("u", 10).unwrap();
+        let links: Vec<_> = pending
+            .iter()
+            .map(|p| (p.target, MemoryId::new()))
+            .collect();
+        graph.set_index(&links).unwrap();
+        let ids: Vec<MemoryId> = links.iter().map(|(_, m)| *m).collect();
+        let found = graph.links("u", &ids).unwrap();
+        assert_eq!(found.len(), 2);
+        assert!(
+            found
+                .values()
+                .any(|l| *l == GraphLink::Entity { name: "A".into() })
+        );
+        assert!(found.values().any(|l| *l
+            == GraphLink::Observation {
+                name: "A".into(),
+                content: "a1".into()
+            }));
+        // Another user's view of the same memory ids is empty.
+        assert!(graph.links("v", &ids).unwrap().is_empty());
+
+        let orphaned = graph
+            .delete_observations(
+                "u",
+                &[ObservationDeletion {
+                    entity_name: "A".into(),
+                    observations: vec!["a1".into(), "zz".into()],
+                }],
+            )
+            .unwrap();
+        assert_eq!(orphaned.len(), 1);
+    }
+
+    #[test]
+    fn open_nodes_returns_relations_touching_any_requested_node() {
+        let (_dir, graph) = store();
+        let now = Timestamp::now();
+        graph
+            .create_entities(
+                "u",
+                &[
+                    entity("A", "t", &[]),
+                    entity("B", "t", &[]),
+                    entity("C", "t", &[]),
+                ],
+                now,
+            )
+            .unwrap();
+        graph
+            .create_relations(
+                "u",
+                &[
+                    relation("A", "B", "r"),
+                    relation("B", "C", "r"),
+                    relation("C", "A", "r"),
+                ],
+                now,
+            )
+            .unwrap();
+        let opened = graph
+            .open_nodes("u", &["A".into(), "A".into(), "nope".into()])
+            .unwrap();
+        assert_eq!(opened.entities.len(), 1);
+        assert_eq!(
+            opened.relations,
+            vec![relation("A", "B", "r"), relation("C", "A", "r")]
+        );
+        graph
+            .delete_relations("u", &[relation("A", "B", "r")])
+            .unwrap();
+        assert_eq!(
+            graph
+                .open_nodes("u", &["A".into()])
+                .unwrap()
+                .relations
+                .len(),
+            1
+        );
+    }
+
+    #[test]
+    fn invalid_input_is_refused_before_writing() {
+        let (_dir, graph) = store();
+        let now = Timestamp::now();
+        assert!(matches!(
+            graph.create_entities("u", &[entity(" ", "t", &[])], now),
+            Err(GraphError::Invalid(_))
+        ));
+        assert!(matches!(
+            graph.create_entities("u", &[entity("A", "t", &["  "])], now),
+            Err(GraphError::Invalid(_))
+        ));
+        assert!(matches!(
+            graph.create_relations("u", &[relation("A", "", "r")], now),
+            Err(GraphError::Invalid(_))
+        ));
+        assert!(graph.read_graph("u").unwrap().entities.is_empty());
+    }
+
+    #[test]
+    fn the_json_shapes_match_the_reference_server() {
+        let json = serde_json::to_value(entity("A", "person", &["x"])).unwrap();
+        assert_eq!(
+            json,
+            serde_json::json!({"name": "A", "entityType": "person", "observations": ["x"]})
+        );
+        let json = serde_json::to_value(relation("A", "B", "knows")).unwrap();
+        assert_eq!(
+            json,
+            serde_json::json!({"from": "A", "to": "B", "relationType": "knows"})
+        );
+    }
+}
