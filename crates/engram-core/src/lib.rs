@@ -24,7 +24,7 @@ pub use memory::{
     Importance, Kind, Memory, MemoryId, NewMemory, Scope, content_hash, normalize_text,
 };
 pub use store::{
-    AddOutcome, HistoryEvent, HistoryKind, LexicalHit, MemoryPatch, MemoryStore, StoreError,
-    StoreStats,
+    AddOutcome, HistoryEvent, HistoryKind, LexicalHit, MemoryPatch, MemoryStore, PendingText,
+    StoreError, StoreStats, StoredVector, VectorHit, VectorModelStats,
 };
 pub use tool::{Tool, ToolOutput, ToolSpec};

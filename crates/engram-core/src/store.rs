@@ -121,6 +121,48 @@ pub struct LexicalHit {
     pub bm25: f64,
 }
 
+/// A vector for the text of memories with this content hash, produced by one model.
+#[derive(Debug, Clone, PartialEq)]
+pub struct StoredVector {
+    /// The content hash of the memories whose text was embedded.
+    pub content_hash: String,
+    /// The vector (L2-normalised by the embedders that say so).
+    pub vector: Vec<f32>,
+    /// True when the text was longer than the model's window and was cut.
+    pub truncated: bool,
+}
+
+/// A text that has no vector yet for some model.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PendingText {
+    /// Content hash shared by the memories with this text.
+    pub content_hash: String,
+    /// The text to embed.
+    pub text: String,
+}
+
+/// A memory found by vector search.
+#[derive(Debug, Clone, PartialEq)]
+pub struct VectorHit {
+    /// The memory.
+    pub memory: Memory,
+    /// Dot product of the query and the memory's vector (cosine for unit vectors).
+    pub similarity: f32,
+    /// The memory's text was cut to fit the model's window when it was embedded.
+    pub truncated: bool,
+}
+
+/// The vectors a store holds for one model.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct VectorModelStats {
+    /// The embedder's model id.
+    pub model: String,
+    /// Length of its vectors.
+    pub dimension: usize,
+    /// How many vectors are stored.
+    pub vectors: u64,
+}
+
 /// Totals for `engram stats`.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct StoreStats {
@@ -259,4 +301,40 @@ pub trait MemoryStore: Send + Sync {
 
     /// Totals.
     fn stats(&self) -> Result<StoreStats, StoreError>;
+
+    /// Stores vectors made by `model` (whose vectors are `dimension` long), replacing any it
+    /// already had for those content hashes. A dimension that disagrees with what is recorded for
+    /// the model is an error and nothing is written.
+    fn put_vectors(
+        &self,
+        model: &str,
+        dimension: usize,
+        vectors: Vec<StoredVector>,
+    ) -> Result<(), StoreError>;
+
+    /// Up to `limit` texts of stored memories (current or closed) that have no vector for
+    /// `model`, in content-hash order, starting after `after` (for paging).
+    fn texts_without_vectors(
+        &self,
+        model: &str,
+        after: Option<&str>,
+        limit: usize,
+    ) -> Result<Vec<PendingText>, StoreError>;
+
+    /// How many distinct texts have no vector for `model`.
+    fn count_without_vectors(&self, model: &str) -> Result<u64, StoreError>;
+
+    /// The memories within the filter whose vectors for `model` are most similar to `query`,
+    /// best first. The filter is applied before the top `limit` are chosen. Memories without a
+    /// vector for that model are not candidates.
+    fn vector_search(
+        &self,
+        model: &str,
+        filter: &Filter,
+        query: &[f32],
+        limit: usize,
+    ) -> Result<Vec<VectorHit>, StoreError>;
+
+    /// Which models have vectors here, and how many.
+    fn vector_models(&self) -> Result<Vec<VectorModelStats>, StoreError>;
 }

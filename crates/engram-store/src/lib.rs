@@ -13,6 +13,7 @@ mod rows;
 pub mod schema;
 mod store;
 pub mod tokens;
+mod vectors;
 
 pub use store::{SqliteStore, StoreOptions};
 

@@ -9,6 +9,7 @@ use engram_core::{
     AddOutcome, Clock, Filter, HistoryEvent, HistoryKind, Kind, Memory, MemoryId, MemoryStore,
     NewMemory, StoreError, StoreStats, SystemClock, content_hash,
 };
+use engram_core::{PendingText, StoredVector, VectorHit, VectorModelStats};
 use jiff::Timestamp;
 use rusqlite::types::Value;
 use rusqlite::{
@@ -19,6 +20,7 @@ use crate::error::from_sqlite;
 use crate::fts;
 use crate::rows::{MEMORY_COLUMN_COUNT, MEMORY_COLUMNS, filter_sql, memory_from_row, micros};
 use crate::schema::{APPLICATION_ID, MIGRATIONS, latest_version};
+use crate::vectors::{self, Scored, TopK};
 
 /// How a store is opened.
 #[derive(Debug, Clone)]
@@ -363,6 +365,16 @@ fn index_row(tx: &Transaction<'_>, rowid: i64, user_id: &str, text: &str) -> rus
     Ok(())
 }
 
+/// Drops the vectors of a content hash no memory uses any more.
+fn drop_orphan_vectors(tx: &Transaction<'_>, content_hash: &str) -> rusqlite::Result<()> {
+    tx.prepare_cached(
+        "DELETE FROM embeddings WHERE content_hash = ?1 \
+         AND NOT EXISTS (SELECT 1 FROM memories WHERE content_hash = ?1)",
+    )?
+    .execute([content_hash])?;
+    Ok(())
+}
+
 fn unindex_row(tx: &Transaction<'_>, rowid: i64) -> rusqlite::Result<()> {
     tx.prepare_cached("DELETE FROM memories_fts WHERE rowid = ?1")?
         .execute([rowid])?;
@@ -431,6 +443,7 @@ impl MemoryStore for SqliteStore {
         self.write(|tx| {
             let (rowid, mut memory) = self.get_in(tx, id)?;
             let old_text = memory.text.clone();
+            let old_hash = memory.content_hash.clone();
             if let Some(text) = patch.text {
                 let candidate = NewMemory::new(memory.scope.clone(), text.clone());
                 candidate.validate()?;
@@ -487,6 +500,7 @@ impl MemoryStore for SqliteStore {
             if memory.text != old_text {
                 unindex_row(tx, rowid)
                     .and_then(|_| index_row(tx, rowid, &memory.scope.user_id, &memory.text))
+                    .and_then(|_| drop_orphan_vectors(tx, &old_hash))
                     .map_err(|e| self.err(e))?;
             }
             record(
@@ -540,6 +554,7 @@ impl MemoryStore for SqliteStore {
             unindex_row(tx, rowid).map_err(|e| self.err(e))?;
             tx.prepare_cached("DELETE FROM memories WHERE rowid = ?1")
                 .and_then(|mut s| s.execute([rowid]))
+                .and_then(|_| drop_orphan_vectors(tx, &memory.content_hash))
                 .map_err(|e| self.err(e))?;
             record(
                 tx,
@@ -692,6 +707,13 @@ impl MemoryStore for SqliteStore {
                 [user_id],
             )
             .map_err(|e| self.err(e))?;
+            // Content hashes include the user, so these vectors are this user's alone.
+            tx.execute(
+                "DELETE FROM embeddings WHERE content_hash IN \
+                 (SELECT content_hash FROM memories WHERE user_id = ?1)",
+                [user_id],
+            )
+            .map_err(|e| self.err(e))?;
             let removed = tx
                 .execute("DELETE FROM memories WHERE user_id = ?1", [user_id])
                 .map_err(|e| self.err(e))?;
@@ -765,6 +787,183 @@ impl MemoryStore for SqliteStore {
         wal.push("-wal");
         stats.database_bytes = size(&self.path) + size(Path::new(&wal));
         Ok(stats)
+    }
+
+    fn put_vectors(
+        &self,
+        model: &str,
+        dimension: usize,
+        vectors: Vec<StoredVector>,
+    ) -> Result<(), StoreError> {
+        vectors::validate(model, dimension, &vectors)?;
+        let now = micros(self.now());
+        self.write(|tx| {
+            let recorded: Option<i64> = tx
+                .prepare_cached("SELECT dimension FROM embedding_models WHERE model = ?1")
+                .and_then(|mut s| s.query_row([model], |r| r.get(0)).optional())
+                .map_err(|e| self.err(e))?;
+            match recorded {
+                Some(d) if d != dimension as i64 => {
+                    return Err(StoreError::BadQuery(format!(
+                        "model {model} was recorded with {d} dimensions, not {dimension}; \
+                         its vectors cannot be mixed"
+                    )));
+                }
+                Some(_) => {}
+                None => {
+                    tx.prepare_cached(
+                        "INSERT INTO embedding_models (model, dimension, created_at) \
+                         VALUES (?1, ?2, ?3)",
+                    )
+                    .and_then(|mut s| s.execute(params![model, dimension as i64, now]))
+                    .map_err(|e| self.err(e))?;
+                }
+            }
+            let mut insert = tx
+                .prepare_cached(
+                    "INSERT INTO embeddings (model, content_hash, vector, truncated) \
+                     VALUES (?1, ?2, ?3, ?4) \
+                     ON CONFLICT (model, content_hash) DO UPDATE \
+                     SET vector = excluded.vector, truncated = excluded.truncated",
+                )
+                .map_err(|e| self.err(e))?;
+            for v in &vectors {
+                insert
+                    .execute(params![
+                        model,
+                        v.content_hash,
+                        vectors::encode(&v.vector),
+                        v.truncated
+                    ])
+                    .map_err(|e| self.err(e))?;
+            }
+            Ok(())
+        })
+    }
+
+    fn texts_without_vectors(
+        &self,
+        model: &str,
+        after: Option<&str>,
+        limit: usize,
+    ) -> Result<Vec<PendingText>, StoreError> {
+        self.read(|conn| {
+            conn.prepare_cached(
+                "SELECT m.content_hash, min(m.text) FROM memories m \
+                 WHERE m.content_hash > ?2 AND NOT EXISTS \
+                 (SELECT 1 FROM embeddings e WHERE e.model = ?1 AND e.content_hash = m.content_hash) \
+                 GROUP BY m.content_hash ORDER BY m.content_hash LIMIT ?3",
+            )
+            .and_then(|mut s| {
+                s.query_map(params![model, after.unwrap_or(""), clamp_i64(limit)], |r| {
+                    Ok(PendingText {
+                        content_hash: r.get(0)?,
+                        text: r.get(1)?,
+                    })
+                })?
+                .collect()
+            })
+            .map_err(|e| self.err(e))
+        })
+    }
+
+    fn count_without_vectors(&self, model: &str) -> Result<u64, StoreError> {
+        self.read(|conn| {
+            conn.prepare_cached(
+                "SELECT count(DISTINCT m.content_hash) FROM memories m WHERE NOT EXISTS \
+                 (SELECT 1 FROM embeddings e WHERE e.model = ?1 AND e.content_hash = m.content_hash)",
+            )
+            .and_then(|mut s| s.query_row([model], |r| r.get::<_, i64>(0)))
+            .map(|n| n.max(0) as u64)
+            .map_err(|e| self.err(e))
+        })
+    }
+
+    fn vector_search(
+        &self,
+        model: &str,
+        filter: &Filter,
+        query: &[f32],
+        limit: usize,
+    ) -> Result<Vec<VectorHit>, StoreError> {
+        if query.is_empty() || query.iter().any(|x| !x.is_finite()) {
+            return Err(StoreError::BadQuery(
+                "the query vector is empty or not finite".to_string(),
+            ));
+        }
+        let (conditions, filter_values) = filter_sql(filter, self.now())?;
+        let sql = format!(
+            "SELECT m.rowid, e.vector, e.truncated FROM memories m \
+             JOIN embeddings e ON e.model = ? AND e.content_hash = m.content_hash \
+             WHERE {conditions}"
+        );
+        let mut values = Vec::with_capacity(filter_values.len() + 1);
+        values.push(Value::Text(model.to_string()));
+        values.extend(filter_values);
+        self.read(|conn| {
+            let mut top = TopK::new(limit);
+            let mut stmt = conn.prepare_cached(&sql).map_err(|e| self.err(e))?;
+            let mut rows = stmt
+                .query(rusqlite::params_from_iter(values))
+                .map_err(|e| self.err(e))?;
+            while let Some(row) = rows.next().map_err(|e| self.err(e))? {
+                let rowid: i64 = row.get(0).map_err(|e| self.err(e))?;
+                let blob = row
+                    .get_ref(1)
+                    .and_then(|v| Ok(v.as_blob()?))
+                    .map_err(|e| self.err(e))?;
+                let Some(similarity) = vectors::dot_blob(query, blob) else {
+                    return Err(StoreError::BadQuery(format!(
+                        "the query vector has {} dimensions but {model}'s vectors have {}",
+                        query.len(),
+                        blob.len() / 4
+                    )));
+                };
+                let truncated: bool = row.get(2).map_err(|e| self.err(e))?;
+                top.offer(Scored {
+                    similarity,
+                    rowid,
+                    truncated,
+                });
+            }
+            drop(rows);
+            let fetch_sql = format!("SELECT {MEMORY_COLUMNS} FROM memories m WHERE m.rowid = ?1");
+            let mut fetch = conn.prepare_cached(&fetch_sql).map_err(|e| self.err(e))?;
+            top.into_sorted()
+                .into_iter()
+                .map(|c| {
+                    let memory = fetch
+                        .query_row([c.rowid], memory_from_row)
+                        .map_err(|e| self.err(e))?;
+                    Ok(VectorHit {
+                        memory,
+                        similarity: c.similarity,
+                        truncated: c.truncated,
+                    })
+                })
+                .collect()
+        })
+    }
+
+    fn vector_models(&self) -> Result<Vec<VectorModelStats>, StoreError> {
+        self.read(|conn| {
+            conn.prepare_cached(
+                "SELECT em.model, em.dimension, \
+                 (SELECT count(*) FROM embeddings e WHERE e.model = em.model) \
+                 FROM embedding_models em ORDER BY em.created_at",
+            )
+            .and_then(|mut s| {
+                s.query_map([], |r| {
+                    Ok(VectorModelStats {
+                        model: r.get(0)?,
+                        dimension: r.get::<_, i64>(1)?.max(0) as usize,
+                        vectors: r.get::<_, i64>(2)?.max(0) as u64,
+                    })
+                })?
+                .collect()
+            })
+            .map_err(|e| self.err(e))
+        })
     }
 }
 

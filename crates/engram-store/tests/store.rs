@@ -618,3 +618,128 @@ mod properties {
         }
     }
 }
+
+mod vectors {
+    use super::*;
+    use engram_core::StoredVector;
+
+    fn unit(v: &[f32]) -> Vec<f32> {
+        let n = v.iter().map(|x| x * x).sum::<f32>().sqrt();
+        v.iter().map(|x| x / n).collect()
+    }
+
+    fn embed_all(store: &SqliteStore, model: &str, f: impl Fn(&str) -> Vec<f32>) {
+        let pending = store.texts_without_vectors(model, None, 1000).unwrap();
+        let vectors = pending
+            .into_iter()
+            .map(|p| StoredVector {
+                vector: unit(&f(&p.text)),
+                content_hash: p.content_hash,
+                truncated: false,
+            })
+            .collect();
+        store.put_vectors(model, 3, vectors).unwrap();
+    }
+
+    /// A toy "embedding": how much a text is about tea, coffee and hiking.
+    fn toy(text: &str) -> Vec<f32> {
+        let has = |w: &str| if text.contains(w) { 1.0 } else { 0.05 };
+        vec![has("tea"), has("coffee"), has("hik")]
+    }
+
+    #[test]
+    fn vectors_are_found_by_similarity_within_the_filter() {
+        let f = fixture();
+        add(&f.store, "u", "green tea in the morning");
+        add(&f.store, "u", "coffee after lunch");
+        let hike = add(&f.store, "u", "hiking on sunday");
+        add(&f.store, "other", "tea with bob");
+        assert_eq!(f.store.count_without_vectors("toy").unwrap(), 4);
+        embed_all(&f.store, "toy", toy);
+        assert_eq!(f.store.count_without_vectors("toy").unwrap(), 0);
+
+        let hits = f
+            .store
+            .vector_search("toy", &Filter::user("u"), &unit(&[1.0, 0.0, 0.0]), 2)
+            .unwrap();
+        assert_eq!(hits.len(), 2);
+        assert_eq!(hits[0].memory.text, "green tea in the morning");
+        assert!(hits[0].similarity > hits[1].similarity);
+
+        // Filters apply before top-k: closed memories are not candidates at all.
+        f.store.invalidate(hike, "t").unwrap();
+        let hits = f
+            .store
+            .vector_search("toy", &Filter::user("u"), &unit(&[0.0, 0.0, 1.0]), 5)
+            .unwrap();
+        assert!(hits.iter().all(|h| h.memory.id != hike));
+        assert_eq!(hits.len(), 2);
+
+        let stats = f.store.vector_models().unwrap();
+        assert_eq!(stats[0].model, "toy");
+        assert_eq!((stats[0].dimension, stats[0].vectors), (3, 4));
+    }
+
+    #[test]
+    fn a_model_keeps_its_dimension_and_spaces_never_mix() {
+        let f = fixture();
+        add(&f.store, "u", "x");
+        embed_all(&f.store, "toy", toy);
+        let pending = f.store.texts_without_vectors("toy", None, 10).unwrap();
+        assert!(pending.is_empty());
+        let wrong = StoredVector {
+            content_hash: "abc".into(),
+            vector: vec![1.0; 4],
+            truncated: false,
+        };
+        assert!(f.store.put_vectors("toy", 4, vec![wrong.clone()]).is_err());
+        assert!(f.store.put_vectors("toy", 3, vec![wrong]).is_err());
+        // Another model's vectors are not used for this model's search.
+        let hits = f
+            .store
+            .vector_search("other-model", &Filter::user("u"), &[1.0, 0.0, 0.0], 5)
+            .unwrap();
+        assert!(hits.is_empty());
+        // A query of the wrong length is refused, not silently scored.
+        assert!(
+            f.store
+                .vector_search("toy", &Filter::user("u"), &[1.0, 0.0], 5)
+                .is_err()
+        );
+    }
+
+    #[test]
+    fn pending_texts_page_by_hash_and_vectors_follow_their_memories() {
+        let f = fixture();
+        for i in 0..25 {
+            add(&f.store, "u", &format!("memory {i} about tea"));
+        }
+        let mut seen = Vec::new();
+        let mut after: Option<String> = None;
+        loop {
+            let page = f
+                .store
+                .texts_without_vectors("toy", after.as_deref(), 10)
+                .unwrap();
+            if page.is_empty() {
+                break;
+            }
+            after = page.last().map(|p| p.content_hash.clone());
+            seen.extend(page);
+        }
+        assert_eq!(seen.len(), 25);
+        embed_all(&f.store, "toy", toy);
+        let id = f.store.list(&Filter::user("u"), 1, 0).unwrap()[0].id;
+        f.store.delete(id, "t").unwrap();
+        assert_eq!(f.store.vector_models().unwrap()[0].vectors, 24);
+        // A changed text needs a new vector; the old one goes.
+        let id = f.store.list(&Filter::user("u"), 1, 0).unwrap()[0].id;
+        f.store
+            .update(id, MemoryPatch::text("now about coffee"), "t")
+            .unwrap();
+        assert_eq!(f.store.count_without_vectors("toy").unwrap(), 1);
+        assert_eq!(f.store.vector_models().unwrap()[0].vectors, 23);
+        f.store.forget_user("u").unwrap();
+        assert_eq!(f.store.vector_models().unwrap()[0].vectors, 0);
+    }
+}
