@@ -1,11 +1,22 @@
-//! engram's embedders.
+//! engram's embedders: what turns texts into vectors for dense retrieval.
 //!
 //! - [`LocalEmbedder`]: a sentence-transformers BERT-family model folder run in-process on the
-//!   CPU (candle for the matrix products, Hugging Face `tokenizers` for the text).
+//!   CPU, in pure Rust (candle for the matrix products, Hugging Face `tokenizers` for the text).
+//! - [`OpenAiEmbedder`]: any OpenAI-compatible `/v1/embeddings` endpoint.
+//! - no embedder (lexical search only) is `None`: [`config::from_config`] returns
+//!   `Option<Arc<dyn Embedder>>`.
 //!
-//! No embedder at all (lexical search only) is represented as `None`.
+//! [`hub`] installs models from the Hugging Face hub and lists installed ones; [`bench`] measures
+//! embedding speed. The trait and its error type live in `engram_core::embed`.
 
 pub mod bench;
+pub mod config;
+pub mod hub;
 pub mod local;
+pub mod openai;
+mod text;
 
+pub use config::{EmbedChoice, EmbedConfig, OpenAiConfig, Provider, choose, from_config};
+pub use engram_core::{EmbedError, Embedder, Embedding};
 pub use local::LocalEmbedder;
+pub use openai::{OpenAiEmbedder, OpenAiOptions};

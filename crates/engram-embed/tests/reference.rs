@@ -74,4 +74,3 @@ async fn vectors_match_sentence_transformers() {
         }
     }
 }
-

@@ -15,6 +15,7 @@ use engram_core::embed::{l2_normalize, reject_blank_texts};
 use engram_core::{EmbedError, Embedder, Embedding};
 use tokenizers::{Encoding, Tokenizer, TruncationParams};
 
+use crate::text::cut_long_text;
 use bert::BertModel;
 use folder::ModelFolder;
 pub use folder::PoolingMode;
@@ -294,23 +295,6 @@ impl LocalModel {
     }
 }
 
-/// The start of `text`, at most `limit` bytes, ending at a character boundary (and at
-/// whitespace when there is some near the end, so no word is split).
-fn cut_long_text(text: &str, limit: usize) -> &str {
-    if text.len() <= limit {
-        return text;
-    }
-    let mut end = limit;
-    while !text.is_char_boundary(end) {
-        end -= 1;
-    }
-    let head = &text[..end];
-    match head.rfind(char::is_whitespace) {
-        Some(space) if space >= end - end / 4 => &head[..space],
-        _ => head,
-    }
-}
-
 /// Splits indices (already sorted by decreasing length) into batches bounded in texts and in
 /// padded tokens (the first, longest text sets the padded length).
 fn batches(order: &[usize], len_of: impl Fn(usize) -> usize) -> Vec<&[usize]> {
@@ -342,14 +326,6 @@ mod tests {
             })
         );
         assert!(check_vocabulary(28996, 30522).is_err());
-    }
-
-    #[test]
-    fn long_texts_are_cut_at_whitespace_on_a_char_boundary() {
-        assert_eq!(cut_long_text("short", 100), "short");
-        assert_eq!(cut_long_text("aaaa bbbb cccc", 12), "aaaa bbbb");
-        // No whitespace near the end: cut at the character boundary before the limit.
-        assert_eq!(cut_long_text("ééééé", 5), "éé");
     }
 
     #[test]

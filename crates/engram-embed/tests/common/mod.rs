@@ -1,6 +1,8 @@
 //! Shared helpers for the integration tests.
 #![allow(dead_code, clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
+pub mod http;
+
 use std::path::PathBuf;
 
 /// The all-MiniLM-L6-v2 folder the tests run. Fails (never skips) when it is not there.
