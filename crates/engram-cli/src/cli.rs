@@ -70,6 +70,10 @@ Examples:
     Export(ExportArgs),
     /// Totals: memories, users, kinds, database size.
     Stats,
+    /// Talk with the agent: line editing, history, Markdown answers, /help for commands.
+    Chat(crate::commands::chat::ChatArgs),
+    /// Give the agent one task; the answer goes to stdout, tool activity to stderr.
+    Run(crate::commands::run::RunArgs),
     /// Measure engram's speed.
     #[command(subcommand)]
     Bench(BenchCommand),
@@ -244,6 +248,8 @@ pub enum BenchCommand {
     Store(BenchStoreArgs),
     /// Retrieval quality: evidence recall@k on the LoCoMo benchmark, per question category.
     Locomo(BenchLocomoArgs),
+    /// Agent loop: overhead per step, streamed token to output, `engram run` start to first request.
+    Agent(crate::bench::agent::BenchAgentArgs),
 }
 
 /// `engram bench locomo`.

@@ -17,6 +17,10 @@ pub enum Status {
     Conflict = 4,
     /// The command finished, but some input lines were rejected.
     Partial = 5,
+    /// The agent used all its steps without giving an answer (`engram run`).
+    StepLimit = 6,
+    /// Interrupted by the user (Ctrl-C / SIGINT), as shells report it.
+    Interrupted = 130,
 }
 
 impl From<Status> for std::process::ExitCode {

@@ -40,6 +40,11 @@ impl Home {
             .with_context(|| format!("cannot create ENGRAM_HOME at {}", self.dir.display()))
     }
 
+    /// The directory.
+    pub fn dir(&self) -> &std::path::Path {
+        &self.dir
+    }
+
     /// Opens (creating if needed) the store in this home.
     pub fn open_store(&self) -> Result<SqliteStore> {
         self.ensure()?;

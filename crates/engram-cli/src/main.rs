@@ -3,6 +3,7 @@
 mod bench;
 mod cli;
 mod commands;
+mod config;
 mod exit;
 mod home;
 mod output;

@@ -1,5 +1,6 @@
 //! `engram bench`: speed and quality measurements recorded in BENCHMARKS.md.
 
+pub mod agent;
 pub mod locomo;
 pub mod store;
 
@@ -14,5 +15,6 @@ pub fn run(ctx: &Context, command: BenchCommand) -> Result<Status> {
     match command {
         BenchCommand::Store(args) => store::run(ctx, args),
         BenchCommand::Locomo(args) => locomo::run(ctx, args),
+        BenchCommand::Agent(args) => agent::run(ctx, args),
     }
 }

@@ -1,7 +1,11 @@
 //! One module per group of commands; [`run`] dispatches.
 
+pub mod agent_common;
+pub mod chat;
 pub mod import_export;
+pub mod markdown;
 mod memory;
+pub mod run;
 mod search;
 
 use anyhow::Result;
@@ -41,6 +45,8 @@ pub fn run(cli: Cli) -> Result<Status> {
         Command::History(args) => memory::history(&ctx, args),
         Command::Forget(args) => memory::forget(&ctx, args),
         Command::Stats => memory::stats(&ctx),
+        Command::Chat(args) => chat::chat(&ctx, args),
+        Command::Run(args) => run::run(&ctx, args),
         Command::Bench(command) => crate::bench::run(&ctx, command),
     }
 }

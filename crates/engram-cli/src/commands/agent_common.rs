@@ -1,0 +1,449 @@
+//! What `engram chat` and `engram run` share: the flags, turning configuration into a ready
+//! agent (model, workspace, tools with notes mirrored into the store, system prompt), Ctrl-C,
+//! and how a turn is shown (answer on stdout, tool activity on stderr).
+
+use std::io::{IsTerminal, Write};
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use anyhow::{Context as _, Result};
+use clap::Args;
+use engram_agent::tools::{BuiltinOptions, NoteMemory, ToolRegistry, Workspace};
+use engram_agent::{
+    Agent, AgentConfig, AgentEvent, CancelToken, DEFAULT_MAX_STEPS, PromptVars, SystemPrompt,
+    ToolMode,
+};
+use engram_core::{MemoryStore, Scope, ToolCall, ToolOutput, Usage};
+use engram_llm::process_env;
+
+use super::Context;
+use super::markdown::MarkdownStream;
+use crate::config::{Config, ToolModeSetting};
+use crate::exit::{Failure, Status, usage};
+
+/// The workspace directory inside ENGRAM_HOME, used when none is configured.
+pub const DEFAULT_WORKSPACE_DIR: &str = "workspace";
+
+/// Flags shared by `engram chat` and `engram run`.
+#[derive(Debug, Clone, Args)]
+pub struct AgentArgs {
+    /// The agent's workspace: file and shell tools stay inside it (default: [agent] workspace
+    /// in config.toml, else ENGRAM_HOME/workspace, created if needed).
+    #[arg(long, value_name = "DIR")]
+    pub workspace: Option<PathBuf>,
+    /// Model calls a run may make before it stops without an answer (default: [agent]
+    /// max_steps, else 20).
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..))]
+    pub max_steps: Option<u32>,
+    /// Whose memory the agent uses (default: ENGRAM_USER, else [agent] user, else your
+    /// operating-system user name).
+    #[arg(long, short = 'u', env = "ENGRAM_USER")]
+    pub user: Option<String>,
+}
+
+/// An agent ready to run, and what it was built from.
+pub struct AgentSetup {
+    /// The agent.
+    pub agent: Agent,
+    /// Its tools (give each conversation's run state this registry).
+    pub tools: Arc<ToolRegistry>,
+    /// The workspace directory (canonical).
+    pub workspace: PathBuf,
+    /// Whose memory.
+    pub user: String,
+    /// The configuration it came from.
+    pub config: Config,
+}
+
+/// Builds the agent for `engram chat` / `engram run`: reads config.toml (printing its
+/// warnings), connects the model (or says exactly what to set), prepares the workspace, opens
+/// the store and registers the built-in tools.
+pub fn prepare(ctx: &Context, args: &AgentArgs) -> Result<AgentSetup> {
+    let config = Config::load(ctx.home.dir())?;
+    for warning in &config.warnings {
+        eprintln!("warning: {warning}");
+    }
+    let model = engram_llm::from_config(&config.llm, &process_env).map_err(|e| Failure {
+        status: Status::Usage,
+        message: e.in_file(&config.path).to_string(),
+    })?;
+
+    let max_steps = args
+        .max_steps
+        .or(config.agent.max_steps)
+        .unwrap_or(DEFAULT_MAX_STEPS);
+    if max_steps == 0 {
+        return Err(usage(format!(
+            "max_steps in [agent] of {} must be at least 1",
+            config.path.display()
+        )));
+    }
+    let tool_mode = match config.agent.tool_mode.unwrap_or_default() {
+        ToolModeSetting::Auto => ToolMode::for_model(model.info()),
+        ToolModeSetting::Native => ToolMode::Native,
+        ToolModeSetting::Json => ToolMode::Json,
+    };
+    let user = args
+        .user
+        .clone()
+        .filter(|u| !u.trim().is_empty())
+        .or_else(|| config.agent.user.clone().filter(|u| !u.trim().is_empty()))
+        .unwrap_or_else(os_user);
+
+    let workspace = open_workspace(ctx, args, &config)?;
+    let store: Arc<dyn MemoryStore> = Arc::new(ctx.home.open_store()?);
+    let memory = NoteMemory {
+        store,
+        scope: Scope::user(user.clone()),
+    };
+    let tools = Arc::new(
+        ToolRegistry::with_builtins(&workspace, &BuiltinOptions::default(), memory)
+            .context("cannot set up the agent's tools")?,
+    );
+    let prompt = build_prompt(workspace.root(), &user);
+    let agent = Agent::new(
+        model,
+        prompt,
+        AgentConfig {
+            max_steps,
+            tool_mode,
+            ..AgentConfig::default()
+        },
+    );
+    Ok(AgentSetup {
+        agent,
+        tools,
+        workspace: workspace.root().to_path_buf(),
+        user,
+        config,
+    })
+}
+
+/// The system prompt. Bootstrap files and skills are added here as sections once they exist.
+pub fn build_prompt(workspace: &Path, user: &str) -> SystemPrompt {
+    let today = jiff::Zoned::now().strftime("%Y-%m-%d (%A)").to_string();
+    SystemPrompt::engram(&PromptVars {
+        workspace: workspace.display().to_string(),
+        today,
+        user: user.to_string(),
+    })
+}
+
+/// `--workspace`, else `[agent] workspace` (relative to ENGRAM_HOME), else
+/// ENGRAM_HOME/workspace, which is created. A directory named explicitly must exist.
+fn open_workspace(ctx: &Context, args: &AgentArgs, config: &Config) -> Result<Workspace> {
+    let explicit = match (&args.workspace, &config.agent.workspace) {
+        (Some(dir), _) => Some(dir.clone()),
+        (None, Some(dir)) => Some(ctx.home.dir().join(dir)),
+        (None, None) => None,
+    };
+    let dir = match explicit {
+        Some(dir) => {
+            if !dir.is_dir() {
+                return Err(usage(format!(
+                    "the workspace {} does not exist or is not a directory; create it or pass another --workspace",
+                    dir.display()
+                )));
+            }
+            dir
+        }
+        None => {
+            let dir = ctx.home.dir().join(DEFAULT_WORKSPACE_DIR);
+            std::fs::create_dir_all(&dir)
+                .with_context(|| format!("cannot create the workspace {}", dir.display()))?;
+            dir
+        }
+    };
+    Workspace::confined(&dir).with_context(|| format!("cannot use the workspace {}", dir.display()))
+}
+
+/// The operating-system user name, for whose memory the agent uses by default.
+pub fn os_user() -> String {
+    ["USER", "LOGNAME", "USERNAME"]
+        .iter()
+        .find_map(|var| std::env::var(var).ok().filter(|v| !v.trim().is_empty()))
+        .unwrap_or_else(|| "default".to_string())
+}
+
+/// A runtime for the agent.
+pub fn runtime() -> Result<tokio::runtime::Runtime> {
+    tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .context("cannot start the async runtime")
+}
+
+/// Cancels `cancel` on Ctrl-C (SIGINT); a second Ctrl-C before the run has stopped exits at
+/// once. Run it as a task and abort it when the turn is over.
+pub async fn cancel_on_ctrl_c(cancel: CancelToken) {
+    if tokio::signal::ctrl_c().await.is_err() {
+        return;
+    }
+    cancel.cancel();
+    eprintln!("\ncancelling (Ctrl-C again to quit at once)");
+    if tokio::signal::ctrl_c().await.is_ok() {
+        std::process::exit(Status::Interrupted as i32);
+    }
+}
+
+/// Whether to style output on this stream: a terminal, and `NO_COLOR` unset.
+pub fn use_style(is_terminal: bool) -> bool {
+    is_terminal && std::env::var_os("NO_COLOR").is_none_or(|v| v.is_empty())
+}
+
+/// Shows a turn as it happens: answer text on `out` (Markdown rendered when styled), tool
+/// activity and notices on `err`.
+pub struct TurnPrinter<O: Write, E: Write> {
+    out: O,
+    err: E,
+    markdown: MarkdownStream,
+    err_styled: bool,
+    show_answer: bool,
+    out_at_line_start: bool,
+    buffer: String,
+    /// When each piece of answer text had been written and flushed (for benchmarks).
+    pub text_written: Option<Vec<Instant>>,
+}
+
+impl TurnPrinter<std::io::Stdout, std::io::Stderr> {
+    /// A printer on the process's stdout and stderr, styled where they are terminals.
+    /// `show_answer: false` keeps the answer off stdout (for `--json`).
+    pub fn terminal(show_answer: bool) -> Self {
+        Self::new(
+            std::io::stdout(),
+            std::io::stderr(),
+            use_style(std::io::stdout().is_terminal()),
+            use_style(std::io::stderr().is_terminal()),
+            show_answer,
+        )
+    }
+}
+
+impl<O: Write, E: Write> TurnPrinter<O, E> {
+    /// A printer on any writers.
+    pub fn new(out: O, err: E, out_styled: bool, err_styled: bool, show_answer: bool) -> Self {
+        Self {
+            out,
+            err,
+            markdown: MarkdownStream::new(out_styled),
+            err_styled,
+            show_answer,
+            out_at_line_start: true,
+            buffer: String::new(),
+            text_written: None,
+        }
+    }
+
+    /// Handles one agent event. Write errors (a closed pipe) are ignored: the run goes on and
+    /// its end is still reported.
+    pub fn on_event(&mut self, event: AgentEvent<'_>) {
+        match event {
+            AgentEvent::Text(text) => {
+                if self.show_answer {
+                    self.buffer.clear();
+                    self.markdown.push(text, &mut self.buffer);
+                    self.write_out();
+                }
+                if let Some(times) = &mut self.text_written {
+                    times.push(Instant::now());
+                }
+            }
+            AgentEvent::Answer(_) => self.end_answer(),
+            AgentEvent::ToolStarted { call } => {
+                self.end_answer();
+                let line = format!("→ {} {}", call.name, summarize_arguments(call));
+                self.note(&line);
+            }
+            AgentEvent::ToolFinished {
+                call,
+                output,
+                elapsed,
+            } => {
+                let line = tool_result_line(call, output, elapsed);
+                self.note(&line);
+            }
+            AgentEvent::Thought(thought) => {
+                self.end_answer();
+                self.note(&format!("· {}", one_line(thought, 200)));
+            }
+            AgentEvent::Retrying {
+                attempt,
+                delay,
+                reason,
+            } => self.note(&format!(
+                "retrying (attempt {attempt}) in {:.1} s: {}",
+                delay.as_secs_f64(),
+                one_line(reason, 200)
+            )),
+            AgentEvent::Notice(text) => self.note(&format!("warning: {text}")),
+            _ => {}
+        }
+    }
+
+    /// Flushes held-back answer text and ends its line.
+    pub fn end_answer(&mut self) {
+        if !self.show_answer {
+            return;
+        }
+        self.buffer.clear();
+        self.markdown.finish(&mut self.buffer);
+        if !self.out_at_line_start || !self.buffer.is_empty() {
+            if !self.buffer.ends_with('\n') {
+                self.buffer.push('\n');
+            }
+            self.write_out();
+        }
+    }
+
+    /// A line on the progress stream (dimmed on a terminal).
+    pub fn note(&mut self, line: &str) {
+        if !self.out_at_line_start {
+            self.buffer.clear();
+            self.buffer.push('\n');
+            self.write_out();
+        }
+        let _ = if self.err_styled {
+            writeln!(self.err, "\x1b[2m{line}\x1b[0m")
+        } else {
+            writeln!(self.err, "{line}")
+        };
+        let _ = self.err.flush();
+    }
+
+    fn write_out(&mut self) {
+        if self.buffer.is_empty() {
+            return;
+        }
+        self.out_at_line_start = self.buffer.ends_with('\n');
+        let _ = self.out.write_all(self.buffer.as_bytes());
+        let _ = self.out.flush();
+    }
+
+    /// The writers back.
+    #[cfg(test)]
+    pub fn into_inner(self) -> (O, E) {
+        (self.out, self.err)
+    }
+}
+
+/// A tool call's arguments on one line, cut to a readable length.
+fn summarize_arguments(call: &ToolCall) -> String {
+    let compact = serde_json::from_str::<serde_json::Value>(&call.arguments)
+        .map_or_else(|_| call.arguments.clone(), |v| v.to_string());
+    one_line(&compact, 120)
+}
+
+fn tool_result_line(call: &ToolCall, output: &ToolOutput, elapsed: Duration) -> String {
+    let ms = elapsed.as_millis();
+    if output.success {
+        format!("  ✓ {} ({ms} ms)", call.name)
+    } else {
+        let error = output.error.as_deref().unwrap_or(&output.content);
+        format!("  ✗ {} ({ms} ms): {}", call.name, one_line(error, 160))
+    }
+}
+
+/// Text on one line, cut at `max` characters with an ellipsis.
+pub fn one_line(text: &str, max: usize) -> String {
+    let joined = text.split_whitespace().collect::<Vec<_>>().join(" ");
+    if joined.chars().count() <= max {
+        return joined;
+    }
+    let cut: String = joined.chars().take(max.saturating_sub(1)).collect();
+    format!("{cut}…")
+}
+
+/// Token counts for people: `1,234 in / 56 out`.
+pub fn usage_text(usage: Usage) -> String {
+    format!(
+        "{} in / {} out",
+        thousands(usage.input_tokens),
+        thousands(usage.output_tokens)
+    )
+}
+
+fn thousands(n: u64) -> String {
+    let digits = n.to_string();
+    let mut out = String::new();
+    for (i, ch) in digits.chars().enumerate() {
+        if i > 0 && (digits.len() - i).is_multiple_of(3) {
+            out.push(',');
+        }
+        out.push(ch);
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn printed(events: Vec<AgentEvent<'_>>) -> (String, String) {
+        let mut printer = TurnPrinter::new(Vec::new(), Vec::new(), false, false, true);
+        for event in events {
+            printer.on_event(event);
+        }
+        let (out, err) = printer.into_inner();
+        (
+            String::from_utf8(out).unwrap(),
+            String::from_utf8(err).unwrap(),
+        )
+    }
+
+    #[test]
+    fn answers_go_to_stdout_and_tool_activity_to_stderr() {
+        let call = ToolCall::with_value("c1", "read_file", &json!({"path": "a.txt"}));
+        let ok = ToolOutput::ok("1\thello");
+        let failed = ToolOutput::error("no such file: b.txt\nsecond line");
+        let (out, err) = printed(vec![
+            AgentEvent::Text("Let me look."),
+            AgentEvent::ToolStarted { call: &call },
+            AgentEvent::ToolFinished {
+                call: &call,
+                output: &ok,
+                elapsed: Duration::from_millis(3),
+            },
+            AgentEvent::ToolFinished {
+                call: &call,
+                output: &failed,
+                elapsed: Duration::from_millis(4),
+            },
+            AgentEvent::Text("It says "),
+            AgentEvent::Text("hello."),
+            AgentEvent::Answer("It says hello."),
+        ]);
+        assert_eq!(out, "Let me look.\nIt says hello.\n");
+        assert_eq!(
+            err,
+            "→ read_file {\"path\":\"a.txt\"}\n  ✓ read_file (3 ms)\n  ✗ read_file (4 ms): no such file: b.txt second line\n"
+        );
+    }
+
+    #[test]
+    fn a_hidden_answer_still_reports_progress() {
+        let mut printer = TurnPrinter::new(Vec::new(), Vec::new(), false, false, false);
+        printer.on_event(AgentEvent::Text("secret"));
+        printer.on_event(AgentEvent::Notice("cut off"));
+        printer.on_event(AgentEvent::Answer("secret"));
+        let (out, err) = printer.into_inner();
+        assert!(out.is_empty());
+        assert_eq!(String::from_utf8(err).unwrap(), "warning: cut off\n");
+    }
+
+    #[test]
+    fn numbers_and_lines_are_readable() {
+        assert_eq!(
+            usage_text(Usage {
+                input_tokens: 1_234_567,
+                output_tokens: 56
+            }),
+            "1,234,567 in / 56 out"
+        );
+        assert_eq!(thousands(100), "100");
+        assert_eq!(thousands(1000), "1,000");
+        assert_eq!(one_line("a\n b", 10), "a b");
+        assert_eq!(one_line("abcdefghijkl", 5), "abcd…");
+    }
+}

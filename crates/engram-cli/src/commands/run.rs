@@ -1,0 +1,124 @@
+//! `engram run -m TASK`: one task, start to answer. The answer streams to stdout; tool
+//! activity goes to stderr; the exit status says how the run ended.
+
+use std::path::{Path, PathBuf};
+
+use anyhow::{Context as _, Result};
+use clap::Args;
+use engram_agent::{
+    AgentEvent, CancelToken, InMemoryRunState, RunEnd, RunOutcome, RunRecord, RunState,
+};
+use serde_json::json;
+
+use super::Context;
+use super::agent_common::{AgentArgs, TurnPrinter, cancel_on_ctrl_c, prepare, runtime, usage_text};
+use crate::exit::{Failure, Status, usage};
+
+/// Help shown after `engram run --help`.
+pub const RUN_AFTER_HELP: &str = "\
+The answer is written to standard output as it arrives (Markdown is rendered on a terminal);
+tool calls and warnings go to standard error. With --json, one JSON object is printed at the
+end instead: {answer, status, steps, usage, elapsed_ms, error}.
+
+Exit status: 0 answered; 1 the model or a tool setup failed (the error line says which: bad
+key, rate limited, ...); 2 bad usage or no model configured (the message says what to set);
+6 the step limit was reached without an answer; 130 cancelled with Ctrl-C (the history is left
+consistent: every tool call has a result).
+
+Examples:
+  engram run -m \"Summarise notes.md in three bullet points\"
+  engram run --workspace ~/project --max-steps 40 -m \"Fix the failing test\" --dump run.json";
+
+/// `engram run`.
+#[derive(Debug, Args)]
+#[command(after_help = RUN_AFTER_HELP)]
+pub struct RunArgs {
+    /// The task.
+    #[arg(long, short = 'm', value_name = "TASK")]
+    pub message: String,
+    #[command(flatten)]
+    pub agent: AgentArgs,
+    /// When the run ends (however it ends), write its state as JSON to FILE: goal, system
+    /// prompt, the whole conversation with tool calls and results, status, steps and tokens.
+    #[arg(long, value_name = "FILE")]
+    pub dump: Option<PathBuf>,
+}
+
+/// Runs `engram run`.
+pub fn run(ctx: &Context, args: RunArgs) -> Result<Status> {
+    if args.message.trim().is_empty() {
+        return Err(usage("the task is empty; pass it with -m \"TASK\""));
+    }
+    let setup = prepare(ctx, &args.agent)?;
+    let runtime = runtime()?;
+    let show_answer = !ctx.json;
+    let (outcome, record) = runtime.block_on(async {
+        let mut state = InMemoryRunState::new(setup.tools.clone());
+        let cancel = CancelToken::new();
+        let watcher = tokio::spawn(cancel_on_ctrl_c(cancel.clone()));
+        let mut printer = TurnPrinter::terminal(show_answer);
+        let mut sink = |event: AgentEvent<'_>| printer.on_event(event);
+        let outcome = setup
+            .agent
+            .run_turn(&mut state, &args.message, &cancel, &mut sink)
+            .await;
+        watcher.abort();
+        let record = state.dump().await;
+        (outcome, record)
+    });
+
+    if let Some(path) = &args.dump {
+        let record = record.context("cannot read the run state to dump it")?;
+        write_dump(path, &record)?;
+    }
+    if ctx.json {
+        crate::output::json(&outcome_json(&outcome))?;
+    } else {
+        eprintln!(
+            "{} step{} · {} tokens · {:.1} s",
+            outcome.progress.steps,
+            if outcome.progress.steps == 1 { "" } else { "s" },
+            usage_text(outcome.progress.usage),
+            outcome.elapsed.as_secs_f64()
+        );
+    }
+    let status = match &outcome.end {
+        RunEnd::Answered(_) => return Ok(Status::Success),
+        RunEnd::MaxSteps(_) => Status::StepLimit,
+        RunEnd::Cancelled => Status::Interrupted,
+        RunEnd::Failed(_) => Status::Failure,
+    };
+    Err(Failure {
+        status,
+        message: outcome.end.error_message().unwrap_or_default(),
+    }
+    .into())
+}
+
+fn outcome_json(outcome: &RunOutcome) -> serde_json::Value {
+    let status = serde_json::to_value(outcome.end.status()).unwrap_or_default();
+    json!({
+        "answer": outcome.answer(),
+        "status": status.get("status"),
+        "error": outcome.end.error_message(),
+        "steps": outcome.progress.steps,
+        "usage": outcome.progress.usage,
+        "elapsed_ms": outcome.elapsed.as_millis() as u64,
+    })
+}
+
+/// Writes the dump through a temporary file in the same directory and a rename.
+fn write_dump(path: &Path, record: &RunRecord) -> Result<()> {
+    let dir = match path.parent() {
+        Some(dir) if !dir.as_os_str().is_empty() => dir,
+        _ => Path::new("."),
+    };
+    let mut temp = tempfile::NamedTempFile::new_in(dir)
+        .with_context(|| format!("cannot write the dump {}", path.display()))?;
+    std::io::Write::write_all(&mut temp, record.to_json().as_bytes())
+        .and_then(|()| std::io::Write::write_all(&mut temp, b"\n"))
+        .with_context(|| format!("cannot write the dump {}", path.display()))?;
+    temp.persist(path)
+        .with_context(|| format!("cannot write the dump {}", path.display()))?;
+    Ok(())
+}
