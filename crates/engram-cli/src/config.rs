@@ -2,9 +2,8 @@
 //!
 //! - `[llm]`: which model and how ([`engram_llm::LlmConfig`], with its environment overrides).
 //! - `[agent]`: how the agent runs ([`AgentSettings`]).
-//! - `[scheduler]`: read by the scheduler through [`Config::section`].
-//! - `[embed]`: reserved for the embedder's settings (read through [`Config::section`]).
-//!   TODO(lead): make it a typed field (`engram_embed::EmbedConfig`) once that type is on main.
+//! - `[embed]`: which embedding model ([`engram_embed::EmbedConfig`]).
+//! - `[scheduler]`, `[search]`: read by their commands through [`Config::section`].
 //!
 //! A file that does not parse is a one-line error naming the file, the line and the column; it
 //! is never rewritten. Unknown sections and unknown keys in `[llm]` and `[agent]` are reported
@@ -14,6 +13,7 @@ use std::ops::Range;
 use std::path::{Path, PathBuf};
 
 use anyhow::Result;
+use engram_embed::EmbedConfig;
 use engram_llm::LlmConfig;
 use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
@@ -26,7 +26,7 @@ use crate::exit::{Failure, Status};
 pub const CONFIG_FILE: &str = "config.toml";
 
 /// The sections engram reads. A part of engram that adds one adds its name here.
-const KNOWN_SECTIONS: [&str; 4] = ["llm", "agent", "scheduler", "embed"];
+const KNOWN_SECTIONS: [&str; 5] = ["llm", "agent", "scheduler", "embed", "search"];
 
 /// How tools are offered to the model, as configured.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
@@ -64,6 +64,9 @@ pub struct Config {
     pub llm: LlmConfig,
     /// `[agent]`.
     pub agent: AgentSettings,
+    /// `[embed]`.
+    #[allow(dead_code)] // the retrieval commands read it through `section("embed")` for now
+    pub embed: EmbedConfig,
     /// What was ignored (unknown sections and keys), one sentence each.
     pub warnings: Vec<String>,
     /// The file's text, for sections read on demand.
@@ -110,10 +113,13 @@ impl Config {
         let llm = typed_section::<LlmConfig>(root.get_mut(), "llm", path, text, &mut warnings)?;
         let agent =
             typed_section::<AgentSettings>(root.get_mut(), "agent", path, text, &mut warnings)?;
+        let embed =
+            typed_section::<EmbedConfig>(root.get_mut(), "embed", path, text, &mut warnings)?;
         Ok(Config {
             path: path.to_path_buf(),
             llm,
             agent,
+            embed,
             warnings,
             text: Some(text.to_string()),
         })
@@ -253,6 +259,14 @@ mod tests {
             }
         );
         assert!(config.warnings.is_empty(), "{:?}", config.warnings);
+    }
+
+    #[test]
+    fn the_embed_section_is_typed_too() {
+        let config = parse("[embed]\nmodel_dir = 'minilm'\nmodle_dir = 'typo'\n").unwrap();
+        assert_eq!(config.embed.model_dir.as_deref(), Some("minilm"));
+        assert_eq!(config.warnings.len(), 1, "{:?}", config.warnings);
+        assert!(config.warnings[0].contains("unknown key 'modle_dir' in [embed]"));
     }
 
     #[test]

@@ -564,3 +564,42 @@ fn chat_keeps_a_conversation_with_commands_and_multi_line_input() {
     );
     assert!(history.lines().any(|l| l == "\"/exit\""), "{history}");
 }
+
+#[test]
+fn sigint_in_chat_cancels_the_turn_and_the_conversation_goes_on() {
+    let home = Home::new();
+    let server = ScriptedServer::spawn(vec![
+        Turn::tool_call("bash", json!({"command": "sleep 300"})),
+        Turn::text("Still here."),
+    ])
+    .unwrap();
+    let mut child = home
+        .engram_with(&server, Provider::Anthropic)
+        .args(["chat", "--workspace"])
+        .arg(home.workspace())
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut stdin = child.stdin.take().unwrap();
+    let stderr = lines_of(child.stderr.take().unwrap());
+    let stdout = lines_of(child.stdout.take().unwrap());
+    stdin.write_all(b"Sleep for a while.\n").unwrap();
+    stdin.flush().unwrap();
+    let mut seen = Vec::new();
+    wait_for_line(&stderr, "→ bash", &mut seen);
+    interrupt(&child);
+    wait_for_line(&stderr, "(cancelled)", &mut seen);
+    stdin.write_all(b"Are you there?\n/exit\n").unwrap();
+    drop(stdin);
+    let status = wait_with_timeout(&mut child);
+    assert!(status.success(), "the REPL survived the Ctrl-C: {seen:?}");
+    let answers: Vec<String> = stdout.iter().collect();
+    assert!(answers.iter().any(|l| l == "Still here."), "{answers:?}");
+    // The second request carried the cancelled call's result, so the server accepted it.
+    assert_eq!(server.requests().len(), 2);
+    server.check_tool_pairing().unwrap();
+    let second = server.request(2).unwrap().body.to_string();
+    assert!(second.contains("did not finish"), "{second}");
+}
