@@ -5,6 +5,7 @@
 //! failing half-way. Migrations run on open; a file written by a newer engram, a file of another
 //! program and a damaged file are each refused with their own message.
 
+mod ann;
 mod error;
 pub mod fts;
 pub mod graph;
@@ -15,6 +16,7 @@ mod store;
 pub mod tokens;
 mod vectors;
 
+pub use ann::{IndexBuild, VectorIndexOptions, VectorIndexStats, VectorSearchCounts};
 pub use store::{SqliteStore, StoreOptions};
 
 /// The database file's name inside ENGRAM_HOME.

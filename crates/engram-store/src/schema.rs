@@ -170,6 +170,32 @@ pub const MIGRATIONS: &[&str] = &[
     );
     CREATE INDEX graph_relations_to ON graph_relations (user_id, to_name);
     "#,
+    // 5: what an in-process vector index (ann/index.rs) must notice and the history table does
+    // not say: memories removed (by row id, since the index keys on it; `forget` also erases
+    // their history), vectors replaced in place, and erased history rows (after which history
+    // sequence numbers may be reused, so the index re-reads every memory). Filled by triggers,
+    // so every writer, of any version from this one on, keeps it.
+    r#"
+    CREATE TABLE vector_index_changes (
+        seq   INTEGER PRIMARY KEY AUTOINCREMENT,
+        event TEXT    NOT NULL CHECK (event IN ('memory_deleted', 'vector_replaced')),
+        ref   INTEGER NOT NULL  -- memories.rowid or embeddings.id
+    );
+    CREATE TABLE vector_index_epoch (
+        id               INTEGER PRIMARY KEY CHECK (id = 1),
+        history_erasures INTEGER NOT NULL
+    );
+    INSERT INTO vector_index_epoch (id, history_erasures) VALUES (1, 0);
+    CREATE TRIGGER vector_index_memory_deleted AFTER DELETE ON memories BEGIN
+        INSERT INTO vector_index_changes (event, ref) VALUES ('memory_deleted', old.rowid);
+    END;
+    CREATE TRIGGER vector_index_vector_replaced AFTER UPDATE OF vector ON embeddings BEGIN
+        INSERT INTO vector_index_changes (event, ref) VALUES ('vector_replaced', old.id);
+    END;
+    CREATE TRIGGER vector_index_history_erased AFTER DELETE ON history BEGIN
+        UPDATE vector_index_epoch SET history_erasures = history_erasures + 1 WHERE id = 1;
+    END;
+    "#,
 ];
 
 /// The schema version this build writes.

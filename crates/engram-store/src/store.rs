@@ -16,11 +16,12 @@ use rusqlite::{
     Connection, OpenFlags, OptionalExtension, Transaction, TransactionBehavior, params,
 };
 
+use crate::ann::{VectorIndexOptions, VectorIndexStats, VectorIndexes, VectorSearchCounts};
 use crate::error::from_sqlite;
 use crate::fts;
 use crate::rows::{MEMORY_COLUMN_COUNT, MEMORY_COLUMNS, filter_sql, memory_from_row, micros};
 use crate::schema::{APPLICATION_ID, MIGRATIONS, latest_version};
-use crate::vectors::{self, Scored, TopK};
+use crate::vectors;
 
 /// How a store is opened.
 #[derive(Debug, Clone)]
@@ -32,6 +33,8 @@ pub struct StoreOptions {
     /// Refuse to grow the database beyond this many bytes (a quota); writes past it fail as a
     /// full disk does, and change nothing.
     pub max_database_bytes: Option<u64>,
+    /// How vector search chooses between exact search and the in-process approximate index.
+    pub vector_index: VectorIndexOptions,
 }
 
 impl Default for StoreOptions {
@@ -40,6 +43,7 @@ impl Default for StoreOptions {
             busy_timeout: Duration::from_secs(15),
             clock: Arc::new(SystemClock),
             max_database_bytes: None,
+            vector_index: VectorIndexOptions::default(),
         }
     }
 }
@@ -54,6 +58,8 @@ pub struct SqliteStore {
     options: StoreOptions,
     writer: Mutex<Connection>,
     readers: Mutex<Vec<Connection>>,
+    /// In-process approximate vector indexes, one per model, loaded on demand (see `ann`).
+    vector_indexes: VectorIndexes,
 }
 
 /// Upper bound on idle read connections kept for reuse.
@@ -76,11 +82,13 @@ impl SqliteStore {
         }
         let mut writer = open_connection(&path, &options, true)?;
         migrate(&mut writer, &path, &options)?;
+        let vector_indexes = VectorIndexes::new(&path, options.busy_timeout, options.vector_index);
         Ok(Self {
             path,
             options,
             writer: Mutex::new(writer),
             readers: Mutex::new(Vec::new()),
+            vector_indexes,
         })
     }
 
@@ -236,6 +244,28 @@ impl SqliteStore {
             .ok_or(StoreError::NotFound(id))
     }
 }
+
+// ---- The approximate vector index (ann/): loading, tuning and counting. ----
+impl SqliteStore {
+    /// Loads `model`'s in-process vector index now (unless it is loaded; waits for a build
+    /// under way) and brings it up to date; a server calls this at start so that the first large
+    /// search does not wait, and benchmarks to time the build.
+    pub fn warm_vector_index(&self, model: &str) -> Result<VectorIndexStats, StoreError> {
+        self.vector_indexes.warm(model)
+    }
+
+    /// Changes, from now on, the scope size up to which vector search is exact and the
+    /// approximate search's list length (see [`VectorIndexOptions`]).
+    pub fn tune_vector_search(&self, exact_max_scope: usize, ef_search: usize) {
+        self.vector_indexes.tune(exact_max_scope, ef_search);
+    }
+
+    /// How many vector searches took each path since this handle was opened.
+    pub fn vector_search_counts(&self) -> VectorSearchCounts {
+        self.vector_indexes.counts()
+    }
+}
+// ---- end of the approximate vector index ----
 
 fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
     // A panic while holding the lock cannot leave a connection half-used: SQLite rolls back.
@@ -886,62 +916,12 @@ impl MemoryStore for SqliteStore {
         query: &[f32],
         limit: usize,
     ) -> Result<Vec<VectorHit>, StoreError> {
-        if query.is_empty() || query.iter().any(|x| !x.is_finite()) {
-            return Err(StoreError::BadQuery(
-                "the query vector is empty or not finite".to_string(),
-            ));
-        }
-        let (conditions, filter_values) = filter_sql(filter, self.now())?;
-        let sql = format!(
-            "SELECT m.rowid, e.vector, e.truncated FROM memories m \
-             JOIN embeddings e ON e.model = ? AND e.content_hash = m.content_hash \
-             WHERE {conditions}"
-        );
-        let mut values = Vec::with_capacity(filter_values.len() + 1);
-        values.push(Value::Text(model.to_string()));
-        values.extend(filter_values);
+        vectors::check_query(query)?;
+        let now = self.now();
+        // Exact in SQL for small scopes, the in-process index for large ones (see `ann`).
         self.read(|conn| {
-            let mut top = TopK::new(limit);
-            let mut stmt = conn.prepare_cached(&sql).map_err(|e| self.err(e))?;
-            let mut rows = stmt
-                .query(rusqlite::params_from_iter(values))
-                .map_err(|e| self.err(e))?;
-            while let Some(row) = rows.next().map_err(|e| self.err(e))? {
-                let rowid: i64 = row.get(0).map_err(|e| self.err(e))?;
-                let blob = row
-                    .get_ref(1)
-                    .and_then(|v| Ok(v.as_blob()?))
-                    .map_err(|e| self.err(e))?;
-                let Some(similarity) = vectors::dot_blob(query, blob) else {
-                    return Err(StoreError::BadQuery(format!(
-                        "the query vector has {} dimensions but {model}'s vectors have {}",
-                        query.len(),
-                        blob.len() / 4
-                    )));
-                };
-                let truncated: bool = row.get(2).map_err(|e| self.err(e))?;
-                top.offer(Scored {
-                    similarity,
-                    rowid,
-                    truncated,
-                });
-            }
-            drop(rows);
-            let fetch_sql = format!("SELECT {MEMORY_COLUMNS} FROM memories m WHERE m.rowid = ?1");
-            let mut fetch = conn.prepare_cached(&fetch_sql).map_err(|e| self.err(e))?;
-            top.into_sorted()
-                .into_iter()
-                .map(|c| {
-                    let memory = fetch
-                        .query_row([c.rowid], memory_from_row)
-                        .map_err(|e| self.err(e))?;
-                    Ok(VectorHit {
-                        memory,
-                        similarity: c.similarity,
-                        truncated: c.truncated,
-                    })
-                })
-                .collect()
+            self.vector_indexes
+                .search(conn, model, filter, query, limit, now)
         })
     }
 

@@ -1,13 +1,20 @@
 //! Dense vectors in the database: encoding, storage and exact similarity search.
 //!
-//! Vectors are stored as little-endian `f32` blobs, one per (model, content hash). Search reads
-//! the vectors of the memories that pass the filter and keeps the best `k` in a small heap, so
-//! the filter is always applied before top-k.
+//! Vectors are stored as little-endian `f32` blobs, one per (model, content hash). Exact search
+//! reads the vectors of the memories that pass the filter and keeps the best `k` in a small heap,
+//! so the filter is always applied before top-k. Large scopes go to the in-process index
+//! instead (see `ann`), which uses [`dot_blob`] too for its final, exact scores.
 
 use std::cmp::Ordering;
 use std::collections::BinaryHeap;
 
-use engram_core::{StoreError, StoredVector};
+use engram_core::{Filter, StoreError, StoredVector, VectorHit};
+use jiff::Timestamp;
+use rusqlite::Connection;
+use rusqlite::types::Value;
+
+use crate::ann::quant::with_best_simd;
+use crate::rows::{MEMORY_COLUMNS, filter_sql, memory_from_row};
 
 /// Encodes a vector as the blob stored in `embeddings.vector`.
 pub(crate) fn encode(vector: &[f32]) -> Vec<u8> {
@@ -19,29 +26,42 @@ pub(crate) fn encode(vector: &[f32]) -> Vec<u8> {
 }
 
 /// Decodes a stored blob; `None` when its length is not a whole number of floats.
-#[cfg_attr(not(test), allow(dead_code))] // the in-memory index loads vectors with it
+#[cfg(test)]
 pub(crate) fn decode(bytes: &[u8]) -> Option<Vec<f32>> {
+    let mut out = Vec::new();
+    decode_into(bytes, &mut out).then_some(out)
+}
+
+/// Decodes a stored blob into `out` (replacing its contents); false when its length is not a
+/// whole number of floats.
+pub(crate) fn decode_into(bytes: &[u8], out: &mut Vec<f32>) -> bool {
     if !bytes.len().is_multiple_of(4) {
-        return None;
+        return false;
     }
-    Some(
+    out.clear();
+    out.extend(
         bytes
             .chunks_exact(4)
-            .map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]]))
-            .collect(),
-    )
+            .map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]])),
+    );
+    true
 }
 
 /// Dot product of a query with a stored blob, without decoding it into a vector first.
 /// `None` when the blob does not hold exactly `query.len()` floats.
+///
+/// Every exact similarity the store reports comes from this one function, so the exact SQL path
+/// and the index's final scoring agree to the last bit (and so rank ties alike).
+#[inline(always)]
 pub(crate) fn dot_blob(query: &[f32], bytes: &[u8]) -> Option<f32> {
     if bytes.len() != query.len() * 4 {
         return None;
     }
-    // Eight independent accumulators let the compiler vectorise the loop.
-    let mut lanes = [0.0f32; 8];
-    let mut q = query.chunks_exact(8);
-    let mut b = bytes.chunks_exact(32);
+    // Sixteen independent accumulators let the compiler vectorise the loop (one AVX-512
+    // register, or two AVX2 ones, under `with_best_simd`).
+    let mut lanes = [0.0f32; 16];
+    let mut q = query.chunks_exact(16);
+    let mut b = bytes.chunks_exact(64);
     for (qc, bc) in (&mut q).zip(&mut b) {
         for (i, lane) in lanes.iter_mut().enumerate() {
             let o = i * 4;
@@ -54,6 +74,133 @@ pub(crate) fn dot_blob(query: &[f32], bytes: &[u8]) -> Option<f32> {
         sum += x * f32::from_le_bytes([c[0], c[1], c[2], c[3]]);
     }
     Some(sum)
+}
+
+/// Refuses query vectors no stored vector can be compared with.
+pub(crate) fn check_query(query: &[f32]) -> Result<(), StoreError> {
+    if query.is_empty() || query.iter().any(|x| !x.is_finite()) {
+        return Err(StoreError::BadQuery(
+            "the query vector is empty or not finite".to_string(),
+        ));
+    }
+    Ok(())
+}
+
+/// The error for a query whose length differs from the model's vectors.
+pub(crate) fn dimension_mismatch(model: &str, query: usize, stored: usize) -> StoreError {
+    StoreError::BadQuery(format!(
+        "the query vector has {query} dimensions but {model}'s vectors have {stored}"
+    ))
+}
+
+/// What an exact SQL search found.
+#[derive(Debug)]
+pub(crate) enum Exact {
+    /// The best hits, and how many candidate vectors were scored.
+    Hits {
+        /// Best first.
+        hits: Vec<VectorHit>,
+        /// Memories that passed the filter and have a vector for the model.
+        scanned: usize,
+    },
+    /// More than `stop_after` candidates: the caller searches another way.
+    Stopped,
+}
+
+/// Exact search in SQL: every memory passing the filter that has a vector for `model` is
+/// scored, and the best `limit` kept. With `stop_after`, gives up once more candidates than
+/// that turn up. `err` maps SQLite errors to store errors.
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn exact_search(
+    conn: &Connection,
+    model: &str,
+    filter: &Filter,
+    query: &[f32],
+    limit: usize,
+    now: Timestamp,
+    stop_after: Option<usize>,
+    err: &dyn Fn(rusqlite::Error) -> StoreError,
+) -> Result<Exact, StoreError> {
+    let (conditions, filter_values) = filter_sql(filter, now)?;
+    let sql = format!(
+        "SELECT m.rowid, e.vector, e.truncated FROM memories m \
+         JOIN embeddings e ON e.model = ? AND e.content_hash = m.content_hash \
+         WHERE {conditions}"
+    );
+    let mut values = Vec::with_capacity(filter_values.len() + 1);
+    values.push(Value::Text(model.to_string()));
+    values.extend(filter_values);
+    let mut top = TopK::new(limit);
+    let mut stmt = conn.prepare_cached(&sql).map_err(err)?;
+    let mut rows = stmt
+        .query(rusqlite::params_from_iter(values))
+        .map_err(err)?;
+    let stop_after = stop_after.unwrap_or(usize::MAX);
+    let scanned = with_best_simd(|| -> Result<Option<usize>, StoreError> {
+        let mut scanned = 0usize;
+        while let Some(row) = rows.next().map_err(err)? {
+            if scanned >= stop_after {
+                return Ok(None);
+            }
+            scanned += 1;
+            let rowid: i64 = row.get(0).map_err(err)?;
+            let blob = row.get_ref(1).and_then(|v| Ok(v.as_blob()?)).map_err(err)?;
+            let Some(similarity) = dot_blob(query, blob) else {
+                return Err(dimension_mismatch(model, query.len(), blob.len() / 4));
+            };
+            let truncated: bool = row.get(2).map_err(err)?;
+            top.offer(Scored {
+                similarity,
+                rowid,
+                truncated,
+            });
+        }
+        Ok(Some(scanned))
+    })?;
+    drop(rows);
+    match scanned {
+        None => Ok(Exact::Stopped),
+        Some(scanned) => Ok(Exact::Hits {
+            hits: fetch_hits(conn, top.into_sorted(), None, err)?,
+            scanned,
+        }),
+    }
+}
+
+/// Reads the memories of ranked candidates. With `verify`, each must still pass those filter
+/// conditions (given as SQL and values, as [`filter_sql`] makes them); one that no longer does
+/// (changed by another process a moment ago) is left out.
+pub(crate) fn fetch_hits(
+    conn: &Connection,
+    ranked: Vec<Scored>,
+    verify: Option<(&str, &[Value])>,
+    err: &dyn Fn(rusqlite::Error) -> StoreError,
+) -> Result<Vec<VectorHit>, StoreError> {
+    let sql = match verify {
+        Some((conditions, _)) => {
+            format!("SELECT {MEMORY_COLUMNS} FROM memories m WHERE m.rowid = ? AND {conditions}")
+        }
+        None => format!("SELECT {MEMORY_COLUMNS} FROM memories m WHERE m.rowid = ?"),
+    };
+    let mut fetch = conn.prepare_cached(&sql).map_err(err)?;
+    let mut hits = Vec::with_capacity(ranked.len());
+    for c in ranked {
+        let mut values = vec![Value::Integer(c.rowid)];
+        if let Some((_, filter_values)) = verify {
+            values.extend_from_slice(filter_values);
+        }
+        let mut rows = fetch
+            .query(rusqlite::params_from_iter(values))
+            .map_err(err)?;
+        if let Some(row) = rows.next().map_err(err)? {
+            hits.push(VectorHit {
+                memory: memory_from_row(row).map_err(err)?,
+                similarity: c.similarity,
+                truncated: c.truncated,
+            });
+        }
+    }
+    Ok(hits)
 }
 
 /// Checks vectors before they are stored: the right length, finite numbers.
@@ -147,6 +294,16 @@ impl TopK {
             self.heap.pop();
             self.heap.push(candidate);
         }
+    }
+
+    /// True once `k` candidates are kept (a new one must beat [`TopK::worst`]).
+    pub(crate) fn is_full(&self) -> bool {
+        self.heap.len() >= self.k
+    }
+
+    /// The weakest candidate kept.
+    pub(crate) fn worst(&self) -> Option<&Scored> {
+        self.heap.peek()
     }
 
     /// Best first.
