@@ -77,6 +77,16 @@ Examples:
     /// Measure engram's speed.
     #[command(subcommand)]
     Bench(BenchCommand),
+    /// Scheduled jobs: agent turns at set times, run by `engram gateway`.
+    #[command(subcommand)]
+    Cron(crate::commands::cron::CronCommand),
+    /// The daemon that runs scheduled jobs and the heartbeat (until SIGTERM or Ctrl-C).
+    Gateway(crate::commands::gateway::GatewayArgs),
+    /// Skills the agent can use.
+    #[command(subcommand)]
+    Skills(crate::commands::skills::SkillsCommand),
+    /// Set up ENGRAM_HOME: a commented config.toml and a workspace with template files.
+    Onboard(crate::commands::onboard::OnboardArgs),
 }
 
 /// Which memories: one user, optionally narrowed.
@@ -250,6 +260,8 @@ pub enum BenchCommand {
     Locomo(BenchLocomoArgs),
     /// Agent loop: overhead per step, streamed token to output, `engram run` start to first request.
     Agent(crate::bench::agent::BenchAgentArgs),
+    /// Scheduler: next-run computation for many jobs, gateway idle CPU, due-job start lag.
+    Scheduler(crate::bench::scheduler::BenchSchedulerArgs),
 }
 
 /// `engram bench locomo`.

@@ -45,6 +45,11 @@ impl Home {
         &self.dir
     }
 
+    /// The database file in this home.
+    pub fn database_path(&self) -> PathBuf {
+        self.dir.join(DATABASE_FILE)
+    }
+
     /// Opens (creating if needed) the store in this home.
     pub fn open_store(&self) -> Result<SqliteStore> {
         self.ensure()?;

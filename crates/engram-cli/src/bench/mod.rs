@@ -2,6 +2,7 @@
 
 pub mod agent;
 pub mod locomo;
+pub mod scheduler;
 pub mod store;
 
 use anyhow::Result;
@@ -16,5 +17,6 @@ pub fn run(ctx: &Context, command: BenchCommand) -> Result<Status> {
         BenchCommand::Store(args) => store::run(ctx, args),
         BenchCommand::Locomo(args) => locomo::run(ctx, args),
         BenchCommand::Agent(args) => agent::run(ctx, args),
+        BenchCommand::Scheduler(args) => scheduler::run(ctx, args),
     }
 }

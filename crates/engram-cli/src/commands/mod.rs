@@ -2,11 +2,15 @@
 
 pub mod agent_common;
 pub mod chat;
+pub mod cron;
+pub mod gateway;
 pub mod import_export;
 pub mod markdown;
 mod memory;
+pub mod onboard;
 pub mod run;
 mod search;
+pub mod skills;
 
 use anyhow::Result;
 use engram_core::{Filter, Scope};
@@ -48,6 +52,10 @@ pub fn run(cli: Cli) -> Result<Status> {
         Command::Chat(args) => chat::chat(&ctx, args),
         Command::Run(args) => run::run(&ctx, args),
         Command::Bench(command) => crate::bench::run(&ctx, command),
+        Command::Cron(command) => cron::run(&ctx, command),
+        Command::Gateway(args) => gateway::run(&ctx, args),
+        Command::Skills(command) => skills::run(&ctx, command),
+        Command::Onboard(args) => onboard::run(&ctx, args),
     }
 }
 
