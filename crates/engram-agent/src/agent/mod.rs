@@ -24,6 +24,7 @@
 //! # }
 //! ```
 
+mod reply_stream;
 mod states;
 
 use std::sync::Arc;
@@ -100,8 +101,8 @@ pub enum AgentEvent<'a> {
         /// The step's number.
         step: u32,
     },
-    /// More answer text, as it arrives. (With the JSON protocol the reply is parsed first and
-    /// comes in one piece.)
+    /// More answer text, as it arrives. (With the JSON protocol, the reply inside the protocol
+    /// object, decoded, or text the model wrote outside any object.)
     Text(&'a str),
     /// More of the model's visible reasoning.
     Reasoning(&'a str),
@@ -408,7 +409,7 @@ impl Agent {
                     phase = Phase::Reasoning;
                 }
                 Phase::Answer => {
-                    let text = states::answer(&context, state, sink).await?;
+                    let text = states::answer(state, sink).await?;
                     return Ok(RunEnd::Answered(text));
                 }
             }

@@ -11,6 +11,7 @@ use engram_core::{
 };
 use tokio::task::JoinSet;
 
+use super::reply_stream::ReplyStream;
 use super::{AgentConfig, AgentEvent, AgentSink, CANCELLED_REASON, RunError, ToolMode};
 use crate::cancel::CancelToken;
 use crate::run_state::{NextAction, RunState, RunStateError, RunStatus, cancelled_result};
@@ -65,10 +66,19 @@ pub(super) async fn reasoning(
     let json = ctx.json_protocol();
     // The text shown so far, kept for the history if the user cancels mid-answer.
     let mut shown = String::new();
+    // Under the JSON protocol, only the reply inside the object is shown.
+    let mut protocol = ReplyStream::new();
     let started = Instant::now();
     let result = {
         let mut on_event = |event: &StreamEvent| match event {
-            StreamEvent::TextDelta(text) if !json => {
+            StreamEvent::TextDelta(text) if json => {
+                let visible = protocol.push(text);
+                if !visible.is_empty() {
+                    shown.push_str(&visible);
+                    sink(AgentEvent::Text(&visible));
+                }
+            }
+            StreamEvent::TextDelta(text) => {
                 shown.push_str(text);
                 sink(AgentEvent::Text(text));
             }
@@ -122,7 +132,7 @@ pub(super) async fn reasoning(
     }
 
     let (message, next) = if json {
-        read_protocol_answer(response.message, call_id, sink)
+        read_protocol_answer(response.message, call_id, &protocol, sink)
     } else {
         let message = response.message;
         let next = if message.tool_calls.is_empty() {
@@ -147,11 +157,15 @@ pub(super) async fn reasoning(
 fn read_protocol_answer(
     message: AssistantMessage,
     call_id: String,
+    streamed: &ReplyStream,
     sink: &mut AgentSink<'_>,
 ) -> (AssistantMessage, NextAction) {
     let reply = json_protocol::parse_reply(&message.content);
     if let Some(thought) = &reply.thought {
         sink(AgentEvent::Thought(thought));
+    }
+    if let Some(rest) = streamed.remainder(&reply) {
+        sink(AgentEvent::Text(&rest));
     }
     let next = match &reply.action {
         ProtocolAction::Reply(text) => NextAction::Answer { text: text.clone() },
@@ -258,9 +272,9 @@ pub(super) async fn action(
     }
 }
 
-/// Answer: hands over the answer chosen by Reasoning and marks the run done. Returns the text.
+/// Answer: hands over the answer chosen by Reasoning (its text has been streamed already) and
+/// marks the run done. Returns the text.
 pub(super) async fn answer(
-    ctx: &TurnContext<'_>,
     state: &mut dyn RunState,
     sink: &mut AgentSink<'_>,
 ) -> Result<String, StepError> {
@@ -268,10 +282,6 @@ pub(super) async fn answer(
         Some(NextAction::Answer { text }) => text,
         _ => String::new(),
     };
-    if ctx.json_protocol() {
-        // Not streamed while it arrived: it had to be parsed out of the protocol object.
-        sink(AgentEvent::Text(&text));
-    }
     sink(AgentEvent::Answer(&text));
     state.set_next_action(None).await?;
     state.set_status(RunStatus::Answered).await?;
