@@ -550,14 +550,14 @@ fn rescore(
     errors: &ErrorMap,
 ) -> Result<Vec<Scored>, StoreError> {
     let map = |e| errors.map(e);
-    candidates.sort_by(|a, b| b.0.total_cmp(&a.0).then(a.1.cmp(&b.1)));
     let mut top = TopK::new(limit);
     let mut fetch = conn
         .prepare_cached("SELECT vector, truncated FROM embeddings WHERE id = ?1")
         .map_err(map)?;
     // Members of one node share its vector: score it once.
     let mut scored_nodes: HashMap<u32, Option<(f32, bool)>> = HashMap::new();
-    for (approximate, slot) in candidates {
+    let mut ordered = BestFirst::new(&mut candidates, (4 * limit).max(64));
+    while let Some((approximate, slot)) = ordered.next() {
         if top.is_full()
             && let Some(worst) = top.worst()
             && approximate + bound.0 < worst.similarity
@@ -596,6 +596,47 @@ fn rescore(
         }
     }
     Ok(top.into_sorted())
+}
+
+/// Hands out `(score, slot)` pairs best first, ordering a block at a time (the best few first,
+/// then four times as many): usually only the first block is needed, while an exact scan may
+/// offer a whole scope.
+struct BestFirst<'a> {
+    items: &'a mut [(f32, u32)],
+    next: usize,
+    sorted_until: usize,
+    block: usize,
+}
+
+impl<'a> BestFirst<'a> {
+    fn new(items: &'a mut [(f32, u32)], first_block: usize) -> Self {
+        Self {
+            items,
+            next: 0,
+            sorted_until: 0,
+            block: first_block.max(1),
+        }
+    }
+
+    fn next(&mut self) -> Option<(f32, u32)> {
+        let order = |a: &(f32, u32), b: &(f32, u32)| b.0.total_cmp(&a.0).then(a.1.cmp(&b.1));
+        if self.next == self.sorted_until {
+            let rest = &mut self.items[self.sorted_until..];
+            if rest.is_empty() {
+                return None;
+            }
+            let take = self.block.min(rest.len());
+            if take < rest.len() {
+                rest.select_nth_unstable_by(take - 1, order);
+            }
+            rest[..take].sort_by(order);
+            self.sorted_until += take;
+            self.block = self.block.saturating_mul(4);
+        }
+        let item = self.items.get(self.next).copied();
+        self.next += 1;
+        item
+    }
 }
 
 /// Adds the vectors of `model` with ids above `after` as new (unlinked) nodes; returns the
@@ -724,4 +765,29 @@ fn reread_changed_memories(
         }
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    proptest! {
+        #[test]
+        fn best_first_hands_out_everything_in_order(
+            scores in proptest::collection::vec(-1.0f32..1.0, 0..300),
+            block in 1usize..20,
+        ) {
+            let mut items: Vec<(f32, u32)> =
+                scores.iter().enumerate().map(|(i, s)| (*s, i as u32)).collect();
+            let mut expected = items.clone();
+            expected.sort_by(|a, b| b.0.total_cmp(&a.0).then(a.1.cmp(&b.1)));
+            let mut ordered = BestFirst::new(&mut items, block);
+            let mut got = Vec::new();
+            while let Some(item) = ordered.next() {
+                got.push(item);
+            }
+            prop_assert_eq!(got, expected);
+        }
+    }
 }
