@@ -183,6 +183,26 @@ fn check_relation(relation: &Relation) -> Result<(), GraphError> {
     check_name("a relation's relationType", &relation.relation_type, false)
 }
 
+impl Entity {
+    /// Checks the entity can be stored: a non-empty name, and names, type and observations
+    /// within their limits.
+    pub fn check(&self) -> Result<(), GraphError> {
+        check_name("an entity's name", &self.name, false)?;
+        check_name("an entity's entityType", &self.entity_type, true)?;
+        for content in &self.observations {
+            check_observation(&self.name, content)?;
+        }
+        Ok(())
+    }
+}
+
+impl Relation {
+    /// Checks the relation can be stored: non-empty names and type within their limits.
+    pub fn check(&self) -> Result<(), GraphError> {
+        check_relation(self)
+    }
+}
+
 /// The knowledge graphs of one database file.
 #[derive(Debug)]
 pub struct GraphStore {
@@ -263,11 +283,7 @@ impl GraphStore {
         now: Timestamp,
     ) -> Result<Vec<Entity>, GraphError> {
         for entity in entities {
-            check_name("an entity's name", &entity.name, false)?;
-            check_name("an entity's entityType", &entity.entity_type, true)?;
-            for content in &entity.observations {
-                check_observation(&entity.name, content)?;
-            }
+            entity.check()?;
         }
         let now = now.as_microsecond();
         self.write(|tx| {
@@ -308,7 +324,7 @@ impl GraphStore {
         now: Timestamp,
     ) -> Result<Vec<Relation>, GraphError> {
         for relation in relations {
-            check_relation(relation)?;
+            relation.check()?;
         }
         let now = now.as_microsecond();
         self.write(|tx| {
