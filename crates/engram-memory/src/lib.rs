@@ -1,7 +1,15 @@
 //! What makes engram a memory and not a table.
 //!
-//! [`search`] finds memories again and explains why each one ranked where it did.
+//! - [`search`]: hybrid retrieval — lexical (BM25) and dense (embedding) candidates fused, then
+//!   weighed with recency, importance and any time the query names; every hit explains itself.
+//! - [`ranking`]: the fusion methods and named ranking profiles.
+//! - [`when`]: time phrases in queries ("last week", "in May").
+//! - [`indexing`]: giving memories their vectors, on add and afterwards.
 
+pub mod indexing;
+pub mod ranking;
 pub mod search;
+pub mod when;
 
-pub use search::{ScoreParts, SearchHit, SearchRequest, Searcher};
+pub use ranking::{Fusion, RankingProfile, Recency};
+pub use search::{ScoreParts, SearchError, SearchHit, SearchRequest, SearchResults, Searcher};

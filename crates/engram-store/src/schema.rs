@@ -196,6 +196,12 @@ pub const MIGRATIONS: &[&str] = &[
         UPDATE vector_index_epoch SET history_erasures = history_erasures + 1 WHERE id = 1;
     END;
     "#,
+    // 6: the episodes of one conversation in order, for finding the turn before a new one
+    // (its words are indexed with the new turn; see `conversation_context` in store.rs).
+    r#"
+    CREATE INDEX memories_session_order ON memories (user_id, session_id, created_at)
+        WHERE session_id IS NOT NULL;
+    "#,
 ];
 
 /// The schema version this build writes.

@@ -216,7 +216,7 @@ impl SqliteStore {
             return Ok(AddOutcome::Duplicate(existing));
         }
         let rowid = tx.last_insert_rowid();
-        index_row(tx, rowid, &memory.scope.user_id, &memory.text).map_err(|e| self.err(e))?;
+        index_row(tx, rowid, &memory).map_err(|e| self.err(e))?;
         record(
             tx,
             &memory.id,
@@ -389,9 +389,54 @@ fn set_wal(conn: &Connection, path: &Path, options: &StoreOptions) -> Result<(),
     }
 }
 
-fn index_row(tx: &Transaction<'_>, rowid: i64, user_id: &str, text: &str) -> rusqlite::Result<()> {
+/// The text of the episode just before `memory` in its conversation (same user and session,
+/// earlier in time, or stored earlier at the same time), if it has one.
+///
+/// A turn of a conversation is often only understandable with the turn it answers ("Yes, twice
+/// last year!"), so its words are indexed with it: a search for what was asked finds the answer.
+/// Only the full-text index sees the context; the memory's text and its vector are its own.
+fn conversation_context(
+    tx: &Transaction<'_>,
+    rowid: i64,
+    memory: &Memory,
+) -> rusqlite::Result<Option<String>> {
+    let Some(session) = &memory.scope.session_id else {
+        return Ok(None);
+    };
+    if memory.kind != engram_core::Kind::Episode {
+        return Ok(None);
+    }
+    tx.prepare_cached(
+        "SELECT text FROM memories WHERE user_id = ?1 AND session_id = ?2 \
+         AND kind = 'episode' AND rowid <> ?3 \
+         AND (created_at < ?4 OR (created_at = ?4 AND rowid < ?3)) \
+         ORDER BY created_at DESC, rowid DESC LIMIT 1",
+    )?
+    .query_row(
+        params![
+            memory.scope.user_id,
+            session,
+            rowid,
+            micros(memory.created_at)
+        ],
+        |r| r.get(0),
+    )
+    .optional()
+}
+
+/// Indexes a memory's words, with those of the turn before it in its conversation.
+fn index_row(tx: &Transaction<'_>, rowid: i64, memory: &Memory) -> rusqlite::Result<()> {
+    let user = &memory.scope.user_id;
+    let mut body = fts::index_text(user, &memory.text);
+    if let Some(context) = conversation_context(tx, rowid, memory)? {
+        let context = fts::index_text(user, &context);
+        if !context.is_empty() {
+            body.push(' ');
+            body.push_str(&context);
+        }
+    }
     tx.prepare_cached("INSERT INTO memories_fts (rowid, body) VALUES (?1, ?2)")?
-        .execute(params![rowid, fts::index_text(user_id, text)])?;
+        .execute(params![rowid, body])?;
     Ok(())
 }
 
@@ -529,7 +574,7 @@ impl MemoryStore for SqliteStore {
             .map_err(|e| self.err(e))?;
             if memory.text != old_text {
                 unindex_row(tx, rowid)
-                    .and_then(|_| index_row(tx, rowid, &memory.scope.user_id, &memory.text))
+                    .and_then(|_| index_row(tx, rowid, &memory))
                     .and_then(|_| drop_orphan_vectors(tx, &old_hash))
                     .map_err(|e| self.err(e))?;
             }

@@ -743,3 +743,41 @@ mod vectors {
         assert_eq!(f.store.vector_models().unwrap()[0].vectors, 0);
     }
 }
+
+#[test]
+fn a_conversation_turn_is_found_by_the_words_of_the_turn_it_answers() {
+    let f = fixture();
+    let turn = |session: &str, text: &str| {
+        NewMemory::new(Scope::user("u").with_session(session), text).at(t("2024-01-01T10:00:00Z"))
+    };
+    f.store
+        .add(turn("s1", "Did you ever make it to Lisbon?"), "t")
+        .unwrap();
+    f.store
+        .add(turn("s1", "Yes, twice last year!"), "t")
+        .unwrap();
+    // Another conversation, and a fact, get no context from s1.
+    f.store.add(turn("s2", "Weather is nice."), "t").unwrap();
+    f.store
+        .add(
+            NewMemory::new(Scope::user("u").with_session("s1"), "likes trains")
+                .with_kind(Kind::Fact),
+            "t",
+        )
+        .unwrap();
+    for other in ["cooked pasta", "read a novel", "fixed the bike"] {
+        add(&f.store, "u", other);
+    }
+    let found = search(&f.store, &Filter::user("u"), "Lisbon");
+    assert_eq!(
+        found,
+        ["Did you ever make it to Lisbon?", "Yes, twice last year!"]
+    );
+    assert!(search(&f.store, &Filter::user("u"), "trains").len() == 1);
+    assert!(search(&f.store, &Filter::user("u"), "nice").len() == 1);
+    assert!(
+        search(&f.store, &Filter::user("u"), "twice")
+            .iter()
+            .all(|t| t == "Yes, twice last year!")
+    );
+}

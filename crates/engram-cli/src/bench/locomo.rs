@@ -1,7 +1,8 @@
 //! `engram bench locomo`: evidence recall@k on the LoCoMo long-term conversation benchmark.
 //!
 //! Each conversation goes into its own user scope, one episode per turn ("<speaker>: <text>",
-//! with the image caption appended), dated by its session and carrying its `dia_id` in metadata.
+//! with the image caption appended), in a session per LoCoMo session, dated by that session and
+//! carrying its `dia_id` in metadata.
 //! Every question of categories 1-4 is asked as a search; recall@k is the fraction of the
 //! question's evidence turns found among the top k hits, averaged over questions.
 
@@ -12,6 +13,7 @@ use std::time::Instant;
 
 use anyhow::{Context as _, Result, anyhow, bail};
 use engram_core::{Filter, Kind, MemoryStore, NewMemory, Scope};
+use engram_memory::indexing::embed_pending;
 use engram_memory::{SearchRequest, Searcher};
 use engram_store::{DATABASE_FILE, SqliteStore};
 use indicatif::{ProgressBar, ProgressStyle};
@@ -20,8 +22,9 @@ use serde::Serialize;
 use serde_json::{Value, json};
 
 use super::store::percentile;
-use crate::cli::BenchLocomoArgs;
+use crate::cli::{BenchLocomoArgs, RetrievalMode};
 use crate::commands::Context;
+use crate::commands::retrieval;
 use crate::exit::Status;
 use crate::output;
 
@@ -152,12 +155,17 @@ struct CategoryResult {
 
 #[derive(Debug, Serialize)]
 struct LocomoReport {
+    mode: String,
+    profile: String,
+    model: Option<String>,
+    reused_store: bool,
     conversations: usize,
     turns: usize,
     questions: usize,
     skipped_questions: usize,
     ingest_seconds: f64,
     ingest_per_second: f64,
+    embed_seconds: f64,
     query_p50_ms: f64,
     query_p95_ms: f64,
     categories: Vec<CategoryResult>,
@@ -174,18 +182,51 @@ pub fn run(ctx: &Context, args: BenchLocomoArgs) -> Result<Status> {
     }
     let max_k = ks[ks.len() - 1];
     let conversations = load(&args.data)?;
+    // Without --mode: hybrid when a model is configured, lexical otherwise.
+    let configured = match args.mode {
+        Some(RetrievalMode::Lexical) => None,
+        _ => retrieval::embedder(ctx)?,
+    };
+    let mode = args.mode.unwrap_or(if configured.is_some() {
+        RetrievalMode::Hybrid
+    } else {
+        RetrievalMode::Lexical
+    });
+    if mode != RetrievalMode::Lexical && configured.is_none() {
+        bail!(
+            "--mode {} needs an embedding model: set ENGRAM_EMBED_MODEL (or [embed] in config.toml), or use --mode lexical",
+            mode.as_str()
+        );
+    }
+    let embedder = configured;
+    let mut profile = retrieval::profile(ctx, args.profile.as_deref())?;
+    if mode == RetrievalMode::Dense {
+        profile.lexical_share = 0.0;
+    }
+    let runtime = retrieval::runtime()?;
     let temp = tempfile::tempdir()?;
-    let store = Arc::new(SqliteStore::open(temp.path().join(DATABASE_FILE))?);
+    let dir = match &args.store {
+        Some(dir) => {
+            std::fs::create_dir_all(dir)
+                .with_context(|| format!("cannot create {}", dir.display()))?;
+            dir.clone()
+        }
+        None => temp.path().to_path_buf(),
+    };
+    let store: Arc<dyn MemoryStore> = Arc::new(SqliteStore::open(dir.join(DATABASE_FILE))?);
+    let reuse = store.stats()?.memories > 0;
 
     // Ingest.
     let turns: usize = conversations.iter().map(|c| c.turns.len()).sum();
     let started = Instant::now();
-    for conv in &conversations {
+    for conv in conversations.iter().filter(|_| !reuse) {
         let batch = conv
             .turns
             .iter()
             .map(|turn| {
-                let mut memory = NewMemory::new(Scope::user(conv.id.clone()), turn.text.clone())
+                let scope =
+                    Scope::user(conv.id.clone()).with_session(format!("session-{}", turn.session));
+                let mut memory = NewMemory::new(scope, turn.text.clone())
                     .with_kind(Kind::Episode)
                     .with_source("locomo")
                     .at(turn.at)
@@ -200,9 +241,22 @@ pub fn run(ctx: &Context, args: BenchLocomoArgs) -> Result<Status> {
         }
     }
     let ingest = started.elapsed();
+    let started = Instant::now();
+    if let Some(embedder) = &embedder {
+        let progress = bar(turns as u64, "embedding");
+        let bar = progress.clone();
+        runtime.block_on(embed_pending(&store, embedder, &mut move |done, _| {
+            bar.set_position(done)
+        }))?;
+        progress.finish_and_clear();
+    }
+    let embed = started.elapsed();
 
     // Ask.
-    let searcher = Searcher::new(store.clone());
+    let model = embedder.as_ref().map(|e| e.model_id().to_string());
+    let searcher = Searcher::new(store.clone())
+        .with_embedder(embedder)
+        .with_profile(profile.clone());
     let mut per_category: BTreeMap<u8, (usize, BTreeMap<usize, f64>)> = BTreeMap::new();
     let mut latencies = Vec::new();
     let mut skipped = 0;
@@ -215,14 +269,7 @@ pub fn run(ctx: &Context, args: BenchLocomoArgs) -> Result<Status> {
                 .count() as u64
         })
         .sum();
-    let progress = if std::io::IsTerminal::is_terminal(&std::io::stderr()) {
-        ProgressBar::new(total).with_style(
-            ProgressStyle::with_template("{spinner} asking [{bar:30}] {pos}/{len}")
-                .unwrap_or_else(|_| ProgressStyle::default_bar()),
-        )
-    } else {
-        ProgressBar::hidden()
-    };
+    let progress = bar(total, "asking");
     for conv in &conversations {
         let known: HashSet<&str> = conv.turns.iter().map(|t| t.dia_id.as_str()).collect();
         for question in conv
@@ -247,10 +294,12 @@ pub fn run(ctx: &Context, args: BenchLocomoArgs) -> Result<Status> {
                 limit: max_k,
             };
             let started = Instant::now();
-            let hits = match searcher.search(&request) {
-                Ok(hits) => hits,
+            let hits = match runtime.block_on(searcher.search(&request)) {
+                Ok(results) => results.hits,
                 // A question with no searchable words finds nothing; it still counts.
-                Err(engram_core::StoreError::BadQuery(_)) => Vec::new(),
+                Err(engram_memory::SearchError::Store(engram_core::StoreError::BadQuery(_))) => {
+                    Vec::new()
+                }
                 Err(e) => return Err(e.into()),
             };
             latencies.push(started.elapsed());
@@ -297,12 +346,17 @@ pub fn run(ctx: &Context, args: BenchLocomoArgs) -> Result<Status> {
     let n = overall.questions.max(1) as f64;
     overall.recall.values_mut().for_each(|v| *v /= n);
     let report = LocomoReport {
+        mode: mode.as_str().to_string(),
+        profile: profile.name.clone(),
+        model,
+        reused_store: reuse,
         conversations: conversations.len(),
         turns,
         questions: overall.questions,
         skipped_questions: skipped,
         ingest_seconds: ingest.as_secs_f64(),
         ingest_per_second: turns as f64 / ingest.as_secs_f64().max(1e-9),
+        embed_seconds: embed.as_secs_f64(),
         query_p50_ms: percentile(&latencies, 0.5),
         query_p95_ms: percentile(&latencies, 0.95),
         categories,
@@ -316,7 +370,23 @@ pub fn run(ctx: &Context, args: BenchLocomoArgs) -> Result<Status> {
     Ok(Status::Success)
 }
 
+fn bar(total: u64, what: &str) -> ProgressBar {
+    if !std::io::IsTerminal::is_terminal(&std::io::stderr()) {
+        return ProgressBar::hidden();
+    }
+    ProgressBar::new(total).with_style(
+        ProgressStyle::with_template(&format!("{{spinner}} {what} [{{bar:30}}] {{pos}}/{{len}}"))
+            .unwrap_or_else(|_| ProgressStyle::default_bar()),
+    )
+}
+
 fn print_report(report: &LocomoReport, ks: &[usize]) {
+    println!(
+        "mode {}, profile {}, model {}",
+        report.mode,
+        report.profile,
+        report.model.as_deref().unwrap_or("none")
+    );
     println!(
         "LoCoMo: {} conversations, {} turns, {} questions (categories 1-4; {} without resolvable evidence skipped)",
         report.conversations, report.turns, report.questions, report.skipped_questions
@@ -330,9 +400,17 @@ fn print_report(report: &LocomoReport, ks: &[usize]) {
             .collect();
         println!("{:<16} {:>5}  {}", row.name, row.questions, cells.join(" "));
     }
+    if report.reused_store {
+        println!("ingest: reused the store given with --store");
+    } else {
+        println!(
+            "ingest {:.2} s ({:.0} turns/s), embedding {:.1} s",
+            report.ingest_seconds, report.ingest_per_second, report.embed_seconds
+        );
+    }
     println!(
-        "ingest {:.2} s ({:.0} turns/s); query p50 {:.2} ms, p95 {:.2} ms",
-        report.ingest_seconds, report.ingest_per_second, report.query_p50_ms, report.query_p95_ms
+        "query p50 {:.2} ms, p95 {:.2} ms",
+        report.query_p50_ms, report.query_p95_ms
     );
 }
 

@@ -22,10 +22,10 @@ use crate::output;
 
 /// A small, fast, deterministic generator (SplitMix64); benchmarks need repeatable data, not
 /// cryptographic randomness.
-struct SplitMix(u64);
+pub(crate) struct SplitMix(pub(crate) u64);
 
 impl SplitMix {
-    fn next_u64(&mut self) -> u64 {
+    pub(crate) fn next_u64(&mut self) -> u64 {
         self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
         let mut z = self.0;
         z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
@@ -34,12 +34,12 @@ impl SplitMix {
     }
 
     /// Uniform in [0, 1).
-    fn unit(&mut self) -> f64 {
+    pub(crate) fn unit(&mut self) -> f64 {
         (self.next_u64() >> 11) as f64 / (1u64 << 53) as f64
     }
 
     /// Uniform in [lo, hi].
-    fn range(&mut self, lo: u64, hi: u64) -> u64 {
+    pub(crate) fn range(&mut self, lo: u64, hi: u64) -> u64 {
         lo + self.next_u64() % (hi - lo + 1)
     }
 }
@@ -147,13 +147,13 @@ const SYLLABLES: &[&str] = &[
 ];
 
 /// A vocabulary with Zipf-distributed word frequencies, like real text.
-struct Vocabulary {
+pub(crate) struct Vocabulary {
     words: Vec<String>,
     cumulative: Vec<f64>,
 }
 
 impl Vocabulary {
-    fn new(size: usize, rng: &mut SplitMix) -> Self {
+    pub(crate) fn new(size: usize, rng: &mut SplitMix) -> Self {
         let mut words: Vec<String> = COMMON_WORDS.iter().map(|w| w.to_string()).collect();
         let mut seen: std::collections::HashSet<String> = words.iter().cloned().collect();
         while words.len() < size {
@@ -175,7 +175,7 @@ impl Vocabulary {
         Self { words, cumulative }
     }
 
-    fn sample(&self, rng: &mut SplitMix) -> &str {
+    pub(crate) fn sample(&self, rng: &mut SplitMix) -> &str {
         let total = self.cumulative.last().copied().unwrap_or(1.0);
         let target = rng.unit() * total;
         let index = self.cumulative.partition_point(|&c| c < target);
@@ -183,7 +183,7 @@ impl Vocabulary {
     }
 
     /// A chat-turn-like sentence: 4 to 60 words, most between 8 and 30.
-    fn sentence(&self, rng: &mut SplitMix) -> String {
+    pub(crate) fn sentence(&self, rng: &mut SplitMix) -> String {
         let length = (4.0 + 14.0 * -(1.0 - rng.unit()).ln()).min(60.0) as usize;
         let mut text = String::with_capacity(length * 7);
         for i in 0..length {
@@ -311,6 +311,7 @@ pub fn run(ctx: &Context, args: BenchStoreArgs) -> Result<Status> {
         eprintln!("[{size}] searching");
         let store = Arc::new(store);
         let searcher = Searcher::new(store.clone());
+        let runtime = crate::commands::retrieval::runtime()?;
         let filter = Filter::user("user-0");
         let user_memories = store.count(&filter)?;
         let mut latencies = Vec::with_capacity(queries.len());
@@ -321,7 +322,7 @@ pub fn run(ctx: &Context, args: BenchStoreArgs) -> Result<Status> {
                 limit: 10,
             };
             let started = Instant::now();
-            std::hint::black_box(searcher.search(&request)?);
+            std::hint::black_box(runtime.block_on(searcher.search(&request))?);
             latencies.push(started.elapsed());
         }
         latencies.sort();

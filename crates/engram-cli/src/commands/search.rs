@@ -7,7 +7,9 @@ use std::sync::Arc;
 
 use anyhow::{Context as _, Result};
 use engram_core::{Filter, Memory};
-use engram_memory::{ScoreParts, SearchHit, SearchRequest, Searcher};
+use engram_memory::{ScoreParts, SearchHit, SearchRequest};
+
+use super::retrieval;
 use serde::{Deserialize, Serialize};
 
 use super::{Context, filter_from};
@@ -37,12 +39,23 @@ fn hits_json(hits: &[SearchHit], explain: bool) -> Vec<HitJson<'_>> {
 
 fn explain_line(parts: &ScoreParts) -> String {
     let mut pieces = Vec::new();
-    if let Some(bm25) = parts.bm25 {
-        pieces.push(format!("bm25 {bm25:.3}"));
+    match (parts.bm25, parts.lexical_rank) {
+        (Some(bm25), Some(rank)) => pieces.push(format!("bm25 {bm25:.3} (#{rank})")),
+        _ => pieces.push("no word match".to_string()),
     }
-    if let Some(rank) = parts.lexical_rank {
-        pieces.push(format!("lexical rank {rank}"));
+    if let (Some(sim), Some(rank)) = (parts.similarity, parts.dense_rank) {
+        pieces.push(format!("similarity {sim:.3} (#{rank})"));
     }
+    pieces.push(format!("relevance {:.3}", parts.relevance));
+    pieces.push(format!("recency {:.3}", parts.recency));
+    pieces.push(format!("importance {:.1}", parts.importance));
+    if let Some(phrase) = &parts.time_match {
+        pieces.push(format!("matches \"{phrase}\""));
+    }
+    if parts.truncated {
+        pieces.push("text was cut to fit the model's window".to_string());
+    }
+    pieces.push(format!("profile {}", parts.profile));
     pieces.join(", ")
 }
 
@@ -51,19 +64,27 @@ pub fn search(ctx: &Context, args: SearchArgs) -> Result<Status> {
         return Err(usage("--limit must be at least 1"));
     }
     if let Some(batch) = &args.batch {
-        return search_batch(ctx, batch, args.limit);
+        return search_batch(ctx, batch, args.limit, args.profile.as_deref());
     }
     let query = args.query.join(" ");
     if query.trim().is_empty() {
         return Err(usage("the search query is empty"));
     }
     let filter = filter_from(&args.scope, &args.filter)?;
-    let searcher = Searcher::new(Arc::new(ctx.home.open_store()?));
-    let hits = searcher.search(&SearchRequest {
+    let searcher = retrieval::searcher(
+        ctx,
+        Arc::new(ctx.home.open_store()?),
+        args.profile.as_deref(),
+    )?;
+    let results = retrieval::runtime()?.block_on(searcher.search(&SearchRequest {
         filter,
         query,
         limit: args.limit,
-    })?;
+    }))?;
+    for notice in &results.notices {
+        eprintln!("note: {notice}");
+    }
+    let hits = results.hits;
     if ctx.json {
         output::json(&hits_json(&hits, args.explain))?;
         return Ok(Status::Success);
@@ -99,13 +120,20 @@ struct BatchQuery {
 
 /// Answers every line with one JSON array, in order. A bad line gets `[]` and a message on
 /// standard error, so outputs stay aligned with inputs; the exit status then says 5.
-fn search_batch(ctx: &Context, path: &Path, default_limit: usize) -> Result<Status> {
+fn search_batch(
+    ctx: &Context,
+    path: &Path,
+    default_limit: usize,
+    profile: Option<&str>,
+) -> Result<Status> {
     let reader: Box<dyn Read> = if path == Path::new("-") {
         Box::new(std::io::stdin().lock())
     } else {
         Box::new(File::open(path).with_context(|| format!("cannot open {}", path.display()))?)
     };
-    let searcher = Searcher::new(Arc::new(ctx.home.open_store()?));
+    let searcher = retrieval::searcher(ctx, Arc::new(ctx.home.open_store()?), profile)?;
+    let runtime = retrieval::runtime()?;
+    let mut notices_shown = false;
     let mut out = BufWriter::new(std::io::stdout().lock());
     let mut failures = 0u64;
     for (index, line) in BufReader::new(reader).lines().enumerate() {
@@ -125,10 +153,18 @@ fn search_batch(ctx: &Context, path: &Path, default_limit: usize) -> Result<Stat
                     query: q.query,
                     limit: q.limit.unwrap_or(default_limit),
                 };
-                searcher.search(&request).map_err(|e| e.to_string())
+                runtime
+                    .block_on(searcher.search(&request))
+                    .map_err(|e| e.to_string())
             });
         match result {
-            Ok(hits) => serde_json::to_writer(&mut out, &hits_json(&hits, false))?,
+            Ok(results) => {
+                if !notices_shown {
+                    results.notices.iter().for_each(|n| eprintln!("note: {n}"));
+                    notices_shown = !results.notices.is_empty();
+                }
+                serde_json::to_writer(&mut out, &hits_json(&results.hits, false))?
+            }
             Err(error) => {
                 failures += 1;
                 eprintln!("line {}: {error}", index + 1);
