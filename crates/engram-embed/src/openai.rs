@@ -13,8 +13,8 @@ use serde_json::json;
 
 use crate::text::{cut_long_text, excerpt};
 
-/// How to reach the endpoint and what to ask of it.
-#[derive(Debug, Clone, PartialEq)]
+/// How to reach the endpoint and what to ask of it. (Its `Debug` form hides the API key.)
+#[derive(Clone, PartialEq)]
 pub struct OpenAiOptions {
     /// Base URL including the API version, like `OPENAI_BASE_URL`: `https://api.openai.com/v1`,
     /// `http://localhost:11434/v1` (Ollama). `/embeddings` is appended.
@@ -54,6 +54,22 @@ impl OpenAiOptions {
             max_retries: 4,
             max_input_bytes: 8192,
         }
+    }
+}
+
+impl std::fmt::Debug for OpenAiOptions {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("OpenAiOptions")
+            .field("base_url", &self.base_url)
+            .field("model", &self.model)
+            .field("api_key", &self.api_key.as_ref().map(|_| "<hidden>"))
+            .field("dimension", &self.dimension)
+            .field("request_dimensions", &self.request_dimensions)
+            .field("batch_size", &self.batch_size)
+            .field("timeout", &self.timeout)
+            .field("max_retries", &self.max_retries)
+            .field("max_input_bytes", &self.max_input_bytes)
+            .finish()
     }
 }
 
@@ -416,6 +432,19 @@ mod tests {
         ))
         .unwrap();
         assert_eq!(e.dimension(), 0);
+    }
+
+    #[test]
+    fn debug_output_hides_the_api_key() {
+        let mut options = OpenAiOptions::new("http://localhost:1/v1", "m");
+        options.api_key = Some("sk-very-secret".into());
+        let embedder = OpenAiEmbedder::new(options.clone()).unwrap();
+        for text in [format!("{options:?}"), format!("{embedder:?}")] {
+            assert!(
+                !text.contains("sk-very-secret") && text.contains("<hidden>"),
+                "{text}"
+            );
+        }
     }
 
     #[test]

@@ -10,6 +10,8 @@ use super::folder::Activation;
 
 /// Rows handed to one rayon task: enough work to amortise scheduling.
 const ROWS_PER_TASK: usize = 16;
+/// Floats per register block in the attention kernel (one AVX-512 register, two AVX2 ones).
+const LANES: usize = 16;
 
 /// e^x with relative error below 4e-7 over the whole f32 range (saturating at the ends).
 #[inline(always)]
@@ -275,12 +277,16 @@ impl pulp::WithSimd for AttentionKernel<'_> {
         if len == 0 || d == 0 {
             return;
         }
-        // Per head: keys transposed (d x len), so one query's scores are d passes over len
-        // contiguous values instead of len short dot products.
-        let mut keys_t = vec![0.0f32; d * len];
-        let mut values = vec![0.0f32; len * d];
+        // Work in blocks of LANES floats held in registers: keys are transposed (d rows of
+        // len, padded to whole blocks) so a block of scores is d multiply-adds of blocks, and
+        // a block of output is len multiply-adds of value blocks. Accumulating in a local block
+        // instead of in memory avoids a store-to-load chain per step.
+        let len_blocks = len.div_ceil(LANES);
+        let dim_blocks = d.div_ceil(LANES);
+        let mut keys_t = vec![[0.0f32; LANES]; d * len_blocks];
+        let mut values = vec![[0.0f32; LANES]; len * dim_blocks];
         let mut query = vec![0.0f32; d];
-        let mut scores = vec![0.0f32; len];
+        let mut scores = vec![[0.0f32; LANES]; len_blocks];
         for head in 0..heads {
             let q_off = head * d;
             let k_off = hidden + head * d;
@@ -289,14 +295,12 @@ impl pulp::WithSimd for AttentionKernel<'_> {
                 let key = &row[k_off..k_off + d];
                 let key_bias = &bias[k_off..k_off + d];
                 for (c, (k, b)) in key.iter().zip(key_bias).enumerate() {
-                    keys_t[c * len + j] = k + b;
+                    keys_t[c * len_blocks + j / LANES][j % LANES] = k + b;
                 }
-                for ((v, x), b) in values[j * d..(j + 1) * d]
-                    .iter_mut()
-                    .zip(&row[v_off..v_off + d])
-                    .zip(&bias[v_off..v_off + d])
-                {
-                    *v = x + b;
+                let value = &row[v_off..v_off + d];
+                let value_bias = &bias[v_off..v_off + d];
+                for (c, (v, b)) in value.iter().zip(value_bias).enumerate() {
+                    values[j * dim_blocks + c / LANES][c % LANES] = v + b;
                 }
             }
             for (row, out_row) in qkv
@@ -311,23 +315,32 @@ impl pulp::WithSimd for AttentionKernel<'_> {
                 {
                     *q = (x + b) * scale;
                 }
-                scores.fill(0.0);
-                for (q, key_column) in query.iter().zip(keys_t.chunks_exact(len)) {
-                    for (s, k) in scores.iter_mut().zip(key_column) {
-                        *s += q * k;
+                for (block, score) in scores.iter_mut().enumerate() {
+                    let mut acc = [0.0f32; LANES];
+                    for (c, q) in query.iter().enumerate() {
+                        let keys = &keys_t[c * len_blocks + block];
+                        for (a, k) in acc.iter_mut().zip(keys) {
+                            *a += q * k;
+                        }
                     }
+                    *score = acc;
                 }
+                let scores = &mut scores.as_flattened_mut()[..len];
                 let max = scores.iter().fold(f32::NEG_INFINITY, |m, s| m.max(*s));
                 for s in scores.iter_mut() {
                     *s = exp(*s - max);
                 }
-                let inv_total = 1.0 / lane_sum(&scores, |x| x);
+                let inv_total = 1.0 / lane_sum(scores, |x| x);
                 let head_out = &mut out_row[q_off..q_off + d];
-                for (p, value) in scores.iter().zip(values.chunks_exact(d)) {
-                    let p = p * inv_total;
-                    for (o, v) in head_out.iter_mut().zip(value) {
-                        *o += p * v;
+                for (block, out_chunk) in head_out.chunks_mut(LANES).enumerate() {
+                    let mut acc = [0.0f32; LANES];
+                    for (j, p) in scores.iter().enumerate() {
+                        let p = p * inv_total;
+                        for (a, v) in acc.iter_mut().zip(&values[j * dim_blocks + block]) {
+                            *a += p * v;
+                        }
                     }
+                    out_chunk.copy_from_slice(&acc[..out_chunk.len()]);
                 }
             }
         }
@@ -595,35 +608,40 @@ mod tests {
 
     #[test]
     fn attention_matches_the_textbook_and_ignores_padding() {
-        let (heads, head_dim, seq_len) = (3, 4, 6);
-        let lengths = [6, 2, 4];
-        let hidden = heads * head_dim;
-        let mut qkv: Vec<f32> = (0..lengths.len() * seq_len * 3 * hidden)
-            .map(|i| ((i * 2_654_435_761usize) % 1000) as f32 / 250.0 - 2.0)
-            .collect();
-        let bias: Vec<f32> = (0..3 * hidden).map(|i| i as f32 / 50.0 - 0.3).collect();
-        let shape = AttentionShape {
-            seq_len,
-            lengths: &lengths,
-            heads,
-            head_dim,
-        };
-        let mut out = vec![0.0f32; lengths.len() * seq_len * hidden];
-        attention(&qkv, &bias, &shape, &mut out);
-        let expected = attention_reference(&qkv, &bias, &shape);
-        for (got, want) in out.iter().zip(&expected) {
-            assert!((f64::from(*got) - want).abs() < 1e-5, "{got} vs {want}");
-        }
-        // Garbage in the padding rows changes nothing in the real rows.
-        for b in 0..lengths.len() {
-            for t in lengths[b]..seq_len {
-                for c in 0..3 * hidden {
-                    qkv[(b * seq_len + t) * 3 * hidden + c] = 1e6;
+        // Short sequences and heads, and ones spanning several register blocks with remainders.
+        let cases: [(usize, usize, usize, &[usize]); 2] =
+            [(3, 4, 6, &[6, 2, 4]), (2, 20, 37, &[37, 17, 1])];
+        for (heads, head_dim, seq_len, lengths) in cases {
+            let hidden = heads * head_dim;
+            let mut qkv: Vec<f32> = (0..lengths.len() * seq_len * 3 * hidden)
+                .map(|i| ((i * 2_654_435_761usize) % 1000) as f32 / 250.0 - 2.0)
+                .collect();
+            let bias: Vec<f32> = (0..3 * hidden)
+                .map(|i| (i % 30) as f32 / 50.0 - 0.3)
+                .collect();
+            let shape = AttentionShape {
+                seq_len,
+                lengths,
+                heads,
+                head_dim,
+            };
+            let mut out = vec![0.0f32; lengths.len() * seq_len * hidden];
+            attention(&qkv, &bias, &shape, &mut out);
+            let expected = attention_reference(&qkv, &bias, &shape);
+            for (got, want) in out.iter().zip(&expected) {
+                assert!((f64::from(*got) - want).abs() < 1e-5, "{got} vs {want}");
+            }
+            // Garbage in the padding rows changes nothing in the real rows.
+            for (b, len) in lengths.iter().enumerate() {
+                for t in *len..seq_len {
+                    for c in 0..3 * hidden {
+                        qkv[(b * seq_len + t) * 3 * hidden + c] = 1e6;
+                    }
                 }
             }
+            let mut again = vec![0.0f32; out.len()];
+            attention(&qkv, &bias, &shape, &mut again);
+            assert_eq!(out, again);
         }
-        let mut again = vec![0.0f32; out.len()];
-        attention(&qkv, &bias, &shape, &mut again);
-        assert_eq!(out, again);
     }
 }
