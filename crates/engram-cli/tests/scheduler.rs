@@ -569,6 +569,21 @@ fn onboard_creates_a_home_and_never_overwrites() {
         "# mine\n"
     );
     assert_eq!(v["kept"][0], h.join("config.toml").display().to_string());
+    // The commented template is a valid configuration that engram reads without a warning.
+    let fresh = home.path().join("fresh");
+    ok(engram(&fresh).arg("onboard"));
+    let out = ok(engram(&fresh).args(["cron", "list"]));
+    assert!(
+        out.stderr.is_empty(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let out = ok(engram(&fresh).args(["skills", "list"]));
+    assert!(
+        out.stderr.is_empty(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     std::fs::write(h.join("workspace/USER.md"), "Alice").unwrap();
     let again = json(engram(&h).arg("onboard"));
     assert_eq!(again["created"], Value::Array(vec![]));

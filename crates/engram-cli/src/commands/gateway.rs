@@ -190,28 +190,27 @@ pub fn run(ctx: &Context, args: GatewayArgs) -> Result<Status> {
         .build()
         .context("cannot start the async runtime")?;
     let gateway = Gateway::new(scheduler, runner, options, log);
-    runtime.block_on(gateway.run(shutdown_signal()))?;
+    runtime.block_on(async {
+        // Handlers go in before the gateway logs anything, so a SIGTERM sent as soon as it is
+        // seen running is caught rather than killing it outright.
+        let shutdown = shutdown_signal()?;
+        gateway.run(shutdown).await.map_err(anyhow::Error::from)
+    })?;
     drop(lock);
     Ok(Status::Success)
 }
 
-/// Completes on SIGTERM or SIGINT.
-async fn shutdown_signal() {
+/// Installs SIGTERM and SIGINT handlers now and returns a future that completes on either.
+fn shutdown_signal() -> Result<impl Future<Output = ()>> {
     use tokio::signal::unix::{SignalKind, signal};
-    let term = signal(SignalKind::terminate());
-    let int = signal(SignalKind::interrupt());
-    match (term, int) {
-        (Ok(mut term), Ok(mut int)) => {
-            tokio::select! {
-                _ = term.recv() => {}
-                _ = int.recv() => {}
-            }
+    let mut term = signal(SignalKind::terminate()).context("cannot handle SIGTERM")?;
+    let mut int = signal(SignalKind::interrupt()).context("cannot handle SIGINT")?;
+    Ok(async move {
+        tokio::select! {
+            _ = term.recv() => {}
+            _ = int.recv() => {}
         }
-        // Without signal handlers, Ctrl-C is all we can wait for.
-        _ => {
-            let _ = tokio::signal::ctrl_c().await;
-        }
-    }
+    })
 }
 
 /// Now, in the system's zone, to the second.
