@@ -198,9 +198,14 @@ fn is_stopword(word: &str) -> bool {
     STOPWORDS.binary_search(&word).is_ok()
 }
 
-/// An FTS5 expression matching any meaningful term of `query` (OR) among `user_id`'s postings.
-/// `None` when the query has no searchable term at all.
-pub fn match_expression(user_id: &str, query: &str) -> Option<String> {
+/// Bumped whenever the analysis above changes what is indexed; a database indexed by another
+/// version is re-indexed when it is opened.
+pub const ANALYZER_VERSION: &str = "2";
+
+/// The meaningful terms of a query, each alternative a list of consecutive index terms: one
+/// term for a word, several for a run of unspaced-script characters (a phrase). Stopwords are
+/// dropped unless the query has nothing else; duplicates are dropped.
+pub fn query_terms(user_id: &str, query: &str) -> Vec<Vec<String>> {
     let all = tokens(query);
     let meaningful: Vec<&Token> = all
         .iter()
@@ -212,31 +217,17 @@ pub fn match_expression(user_id: &str, query: &str) -> Option<String> {
         meaningful
     };
     let prefix = user_prefix(user_id);
-    let mut seen = std::collections::HashSet::new();
-    let alternatives: Vec<String> = chosen
-        .into_iter()
-        .filter_map(|token| {
-            let phrase = match token {
-                Token::Word { term, .. } => format!("{prefix}_{term}"),
-                Token::Run(chars) => chars
-                    .iter()
-                    .map(|c| format!("{prefix}_{c}"))
-                    .collect::<Vec<_>>()
-                    .join(" "),
-            };
-            seen.insert(phrase.clone()).then(|| quote(&phrase))
-        })
-        .collect();
-    if alternatives.is_empty() {
-        return None;
+    let mut alternatives: Vec<Vec<String>> = Vec::new();
+    for token in chosen {
+        let terms = match token {
+            Token::Word { term, .. } => vec![format!("{prefix}_{term}")],
+            Token::Run(chars) => chars.iter().map(|c| format!("{prefix}_{c}")).collect(),
+        };
+        if !alternatives.contains(&terms) {
+            alternatives.push(terms);
+        }
     }
-    Some(alternatives.join(" OR "))
-}
-
-/// An FTS5 string literal: double quotes, with inner quotes doubled. Everything inside is taken
-/// as text, never as query syntax.
-fn quote(s: &str) -> String {
-    format!("\"{}\"", s.replace('"', "\"\""))
+    alternatives
 }
 
 #[cfg(test)]
@@ -270,31 +261,38 @@ mod tests {
     }
 
     #[test]
-    fn queries_or_their_meaningful_stems() {
+    fn queries_keep_their_meaningful_stems() {
         let p = user_prefix("u");
-        let expr = match_expression("u", "What did Caroline paint?").unwrap();
-        assert_eq!(expr, format!("\"{p}_carolin\" OR \"{p}_paint\""));
+        let terms = query_terms("u", "What did Caroline paint? Paints!");
+        assert_eq!(
+            terms,
+            [vec![format!("{p}_carolin")], vec![format!("{p}_paint")]]
+        );
     }
 
     #[test]
     fn all_stopword_queries_keep_their_words() {
-        let expr = match_expression("u", "who are you").unwrap();
-        assert_eq!(expr.matches(" OR ").count(), 2);
+        assert_eq!(query_terms("u", "who are you").len(), 3);
     }
 
     #[test]
-    fn punctuation_and_syntax_are_never_operators() {
-        let expr = match_expression("u", "NOT a AND b* \"x\" (y) col:z").unwrap();
-        assert!(!expr.contains('*') && !expr.contains('(') && !expr.contains(':'));
-        assert!(match_expression("u", "?!* ()").is_none());
-        assert!(match_expression("u", "").is_none());
+    fn punctuation_is_never_a_term() {
+        let terms = query_terms("u", "NOT a AND b* \"x\" (y) col:z");
+        assert!(
+            terms
+                .iter()
+                .flatten()
+                .all(|t| !t.contains(['*', '(', ':', '"']))
+        );
+        assert!(query_terms("u", "?!* ()").is_empty());
+        assert!(query_terms("u", "").is_empty());
     }
 
     #[test]
     fn unspaced_runs_become_phrases() {
         let p = user_prefix("u");
-        let expr = match_expression("u", "北京 tea").unwrap();
-        assert!(expr.contains(&format!("\"{p}_北 {p}_京\"")), "{expr}");
+        let terms = query_terms("u", "北京 tea");
+        assert_eq!(terms[0], [format!("{p}_北"), format!("{p}_京")]);
     }
 
     #[test]
@@ -327,12 +325,12 @@ mod tests {
         }
 
         #[test]
-        fn never_panics_and_quotes_balance(query in "\\PC{0,80}") {
-            if let Some(expr) = match_expression("u", &query) {
-                prop_assert_eq!(expr.matches('"').count() % 2, 0);
-            }
+        fn indexed_terms_are_plain_tokens(query in "\\PC{0,80}") {
             let indexed = index_text("u", &query);
-            prop_assert!(!indexed.contains('"'));
+            prop_assert!(!indexed.contains(['"', '\n', '\t']));
+            for term in query_terms("u", &query).iter().flatten() {
+                prop_assert!(!term.contains(' '));
+            }
         }
     }
 }

@@ -10,6 +10,7 @@ mod error;
 pub mod fts;
 pub mod graph;
 pub mod jobs;
+mod lexical;
 mod rows;
 pub mod schema;
 mod store;

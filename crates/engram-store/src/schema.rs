@@ -202,6 +202,22 @@ pub const MIGRATIONS: &[&str] = &[
     CREATE INDEX memories_session_order ON memories (user_id, session_id, created_at)
         WHERE session_id IS NOT NULL;
     "#,
+    // 7: BM25 with each user's own statistics (see lexical.rs): every memory's indexed term
+    // count, per-user totals, and term positions read through fts5vocab. `engram_meta` records
+    // which text analyser built the index; another one means a re-index on open.
+    r#"
+    CREATE TABLE engram_meta (
+        key   TEXT PRIMARY KEY,
+        value TEXT NOT NULL
+    );
+    ALTER TABLE memories ADD COLUMN body_terms INTEGER NOT NULL DEFAULT 0;
+    CREATE TABLE fts_user_stats (
+        user_id TEXT    PRIMARY KEY,
+        docs    INTEGER NOT NULL,
+        terms   INTEGER NOT NULL
+    );
+    CREATE VIRTUAL TABLE memories_fts_instance USING fts5vocab (memories_fts, instance);
+    "#,
 ];
 
 /// The schema version this build writes.

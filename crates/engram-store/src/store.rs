@@ -1,5 +1,6 @@
 //! [`SqliteStore`]: the [`MemoryStore`] on one SQLite file.
 
+use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
@@ -19,6 +20,7 @@ use rusqlite::{
 use crate::ann::{VectorIndexOptions, VectorIndexStats, VectorIndexes, VectorSearchCounts};
 use crate::error::from_sqlite;
 use crate::fts;
+use crate::lexical;
 use crate::rows::{MEMORY_COLUMN_COUNT, MEMORY_COLUMNS, filter_sql, memory_from_row, micros};
 use crate::schema::{APPLICATION_ID, MIGRATIONS, latest_version};
 use crate::vectors;
@@ -231,6 +233,103 @@ impl SqliteStore {
         Ok(AddOutcome::Added(memory))
     }
 
+    /// The best `limit` memories (row id, BM25) for the query terms among those passing the
+    /// filter, scored with the user's own statistics.
+    fn rank_lexical(
+        &self,
+        conn: &Connection,
+        filter: &Filter,
+        alternatives: &[Vec<String>],
+        conditions: &str,
+        filter_values: Vec<Value>,
+        limit: usize,
+    ) -> rusqlite::Result<Vec<(i64, f64)>> {
+        let (documents, total_terms): (f64, f64) = conn
+            .prepare_cached("SELECT docs, terms FROM fts_user_stats WHERE user_id = ?1")?
+            .query_row([&filter.user_id], |r| {
+                Ok((r.get::<_, i64>(0)? as f64, r.get::<_, i64>(1)? as f64))
+            })
+            .optional()?
+            .unwrap_or((0.0, 0.0));
+        if documents <= 0.0 {
+            return Ok(Vec::new());
+        }
+        let average_length = total_terms / documents;
+
+        // Positions of every query term; terms are per user, so these are the user's only.
+        let mut postings = lexical::Postings::new();
+        let mut instances = conn
+            .prepare_cached("SELECT doc, \"offset\" FROM memories_fts_instance WHERE term = ?1")?;
+        for term in alternatives.iter().flatten() {
+            if postings.contains_key(term) {
+                continue;
+            }
+            let mut docs: HashMap<i64, Vec<u32>> = HashMap::new();
+            let mut rows = instances.query([term])?;
+            while let Some(row) = rows.next()? {
+                let offset: i64 = row.get(1)?;
+                docs.entry(row.get(0)?)
+                    .or_default()
+                    .push(u32::try_from(offset).unwrap_or(u32::MAX));
+            }
+            docs.values_mut().for_each(|o| o.sort_unstable());
+            postings.insert(term.clone(), docs);
+        }
+
+        // Term frequency per alternative and document, and each alternative's weight.
+        let mut weighted: Vec<(f64, HashMap<i64, u32>)> = Vec::with_capacity(alternatives.len());
+        for terms in alternatives {
+            let frequencies: HashMap<i64, u32> = match terms.as_slice() {
+                [single] => postings
+                    .get(single)
+                    .map(|docs| docs.iter().map(|(&d, o)| (d, o.len() as u32)).collect())
+                    .unwrap_or_default(),
+                phrase => lexical::phrase_frequencies(&postings, phrase),
+            };
+            let idf = lexical::idf(documents, frequencies.len() as f64);
+            weighted.push((idf, frequencies));
+        }
+        let mut candidates: Vec<i64> = weighted
+            .iter()
+            .flat_map(|(_, f)| f.keys().copied())
+            .collect();
+        candidates.sort_unstable();
+        candidates.dedup();
+        if candidates.is_empty() {
+            return Ok(Vec::new());
+        }
+
+        // Which candidates pass the filter, with their lengths and ages.
+        let sql = format!(
+            "SELECT m.rowid, m.body_terms, m.created_at FROM memories m \
+             WHERE m.rowid IN (SELECT value FROM json_each(?)) AND {conditions}"
+        );
+        let ids = serde_json::to_string(&candidates).unwrap_or_else(|_| "[]".to_string());
+        let mut values = Vec::with_capacity(filter_values.len() + 1);
+        values.push(Value::Text(ids));
+        values.extend(filter_values);
+        let mut scored: Vec<(f64, i64, i64)> = Vec::new();
+        let mut stmt = conn.prepare_cached(&sql)?;
+        let mut rows = stmt.query(rusqlite::params_from_iter(values))?;
+        while let Some(row) = rows.next()? {
+            let rowid: i64 = row.get(0)?;
+            let length = row.get::<_, i64>(1)? as f64;
+            let created_at: i64 = row.get(2)?;
+            let score: f64 = weighted
+                .iter()
+                .filter_map(|(idf, f)| {
+                    f.get(&rowid)
+                        .map(|&tf| lexical::term_score(*idf, f64::from(tf), length, average_length))
+                })
+                .sum();
+            scored.push((score, created_at, rowid));
+        }
+        // Best first; ties go to the newest.
+        scored.sort_by(|a, b| b.0.total_cmp(&a.0).then(b.1.cmp(&a.1)).then(b.2.cmp(&a.2)));
+        scored.truncate(limit);
+        Ok(scored.into_iter().map(|(s, _, rowid)| (rowid, s)).collect())
+    }
+
     fn get_in(&self, conn: &Connection, id: MemoryId) -> Result<(i64, Memory), StoreError> {
         let sql = format!("SELECT {MEMORY_COLUMNS}, m.rowid FROM memories m WHERE m.id = ?1");
         conn.prepare_cached(&sql)
@@ -366,6 +465,17 @@ fn migrate(conn: &mut Connection, path: &Path, options: &StoreOptions) -> Result
         tx.pragma_update(None, "application_id", APPLICATION_ID)
             .map_err(map)?;
     }
+    let analyzer: Option<String> = tx
+        .query_row(
+            "SELECT value FROM engram_meta WHERE key = 'text_analyzer'",
+            [],
+            |r| r.get(0),
+        )
+        .optional()
+        .map_err(map)?;
+    if analyzer.as_deref() != Some(fts::ANALYZER_VERSION) {
+        rebuild_text_index(&tx).map_err(map)?;
+    }
     tx.commit().map_err(map)
 }
 
@@ -424,19 +534,60 @@ fn conversation_context(
     .optional()
 }
 
-/// Indexes a memory's words, with those of the turn before it in its conversation.
+/// Indexes a memory's words, with those of the turn before it in its conversation, and counts
+/// them into the user's statistics.
 fn index_row(tx: &Transaction<'_>, rowid: i64, memory: &Memory) -> rusqlite::Result<()> {
     let user = &memory.scope.user_id;
     let mut body = fts::index_text(user, &memory.text);
     if let Some(context) = conversation_context(tx, rowid, memory)? {
         let context = fts::index_text(user, &context);
         if !context.is_empty() {
-            body.push(' ');
+            if !body.is_empty() {
+                body.push(' ');
+            }
             body.push_str(&context);
         }
     }
+    let terms = if body.is_empty() {
+        0
+    } else {
+        body.split(' ').count() as i64
+    };
     tx.prepare_cached("INSERT INTO memories_fts (rowid, body) VALUES (?1, ?2)")?
         .execute(params![rowid, body])?;
+    tx.prepare_cached("UPDATE memories SET body_terms = ?2 WHERE rowid = ?1")?
+        .execute(params![rowid, terms])?;
+    tx.prepare_cached(
+        "INSERT INTO fts_user_stats (user_id, docs, terms) VALUES (?1, 1, ?2) \
+         ON CONFLICT (user_id) DO UPDATE SET docs = docs + 1, terms = terms + excluded.terms",
+    )?
+    .execute(params![user, terms])?;
+    Ok(())
+}
+
+/// Re-indexes every memory (after the text analyser changed), in the order they were stored.
+fn rebuild_text_index(tx: &Transaction<'_>) -> rusqlite::Result<()> {
+    tx.execute(
+        "INSERT INTO memories_fts (memories_fts) VALUES ('delete-all')",
+        [],
+    )?;
+    tx.execute("DELETE FROM fts_user_stats", [])?;
+    let rows: Vec<(i64, Memory)> = tx
+        .prepare(&format!(
+            "SELECT {MEMORY_COLUMNS}, m.rowid FROM memories m ORDER BY m.rowid"
+        ))?
+        .query_map([], |row| {
+            Ok((row.get(MEMORY_COLUMN_COUNT)?, memory_from_row(row)?))
+        })?
+        .collect::<Result<_, _>>()?;
+    for (rowid, memory) in &rows {
+        index_row(tx, *rowid, memory)?;
+    }
+    tx.execute(
+        "INSERT INTO engram_meta (key, value) VALUES ('text_analyzer', ?1) \
+         ON CONFLICT (key) DO UPDATE SET value = excluded.value",
+        [fts::ANALYZER_VERSION],
+    )?;
     Ok(())
 }
 
@@ -451,8 +602,19 @@ fn drop_orphan_vectors(tx: &Transaction<'_>, content_hash: &str) -> rusqlite::Re
 }
 
 fn unindex_row(tx: &Transaction<'_>, rowid: i64) -> rusqlite::Result<()> {
+    let counted: Option<(String, i64)> = tx
+        .prepare_cached("SELECT user_id, body_terms FROM memories WHERE rowid = ?1")?
+        .query_row([rowid], |r| Ok((r.get(0)?, r.get(1)?)))
+        .optional()?;
     tx.prepare_cached("DELETE FROM memories_fts WHERE rowid = ?1")?
         .execute([rowid])?;
+    if let Some((user, terms)) = counted {
+        tx.prepare_cached(
+            "UPDATE fts_user_stats SET docs = max(docs - 1, 0), terms = max(terms - ?2, 0) \
+             WHERE user_id = ?1",
+        )?
+        .execute(params![user, terms])?;
+    }
     Ok(())
 }
 
@@ -732,33 +894,22 @@ impl MemoryStore for SqliteStore {
             ));
         }
         let (conditions, filter_values) = filter_sql(filter, self.now())?;
-        let Some(expression) = fts::match_expression(&filter.user_id, query) else {
+        let alternatives = fts::query_terms(&filter.user_id, query);
+        if alternatives.is_empty() {
             return Err(StoreError::BadQuery(format!(
                 "the query '{query}' has no words to search for"
             )));
-        };
-        // Rank first on the narrow columns the filter needs, then read the few winners whole:
-        // sorting thousands of full rows (text, metadata) costs more than the search itself.
-        // bm25() is lower-is-better; negated so scores grow with relevance.
-        let rank_sql = format!(
-            "SELECT m.rowid, -bm25(memories_fts) AS score \
-             FROM memories_fts JOIN memories m ON m.rowid = memories_fts.rowid \
-             WHERE memories_fts MATCH ? AND {conditions} \
-             ORDER BY score DESC, m.created_at DESC, m.rowid DESC LIMIT ?"
-        );
-        let mut values = Vec::with_capacity(filter_values.len() + 2);
-        values.push(Value::Text(expression));
-        values.extend(filter_values);
-        values.push(Value::Integer(clamp_i64(limit)));
+        }
         self.read(|conn| {
-            let ranked: Vec<(i64, f64)> = conn
-                .prepare_cached(&rank_sql)
-                .and_then(|mut stmt| {
-                    stmt.query_map(rusqlite::params_from_iter(values), |row| {
-                        Ok((row.get(0)?, row.get(1)?))
-                    })?
-                    .collect()
-                })
+            let ranked = self
+                .rank_lexical(
+                    conn,
+                    filter,
+                    &alternatives,
+                    &conditions,
+                    filter_values,
+                    limit,
+                )
                 .map_err(|e| self.err(e))?;
             let fetch_sql = format!("SELECT {MEMORY_COLUMNS} FROM memories m WHERE m.rowid = ?1");
             let mut fetch = conn.prepare_cached(&fetch_sql).map_err(|e| self.err(e))?;
@@ -793,6 +944,9 @@ impl MemoryStore for SqliteStore {
                 .execute("DELETE FROM memories WHERE user_id = ?1", [user_id])
                 .map_err(|e| self.err(e))?;
             tx.execute("DELETE FROM history WHERE user_id = ?1", [user_id])
+                .and_then(|_| {
+                    tx.execute("DELETE FROM fts_user_stats WHERE user_id = ?1", [user_id])
+                })
                 .map_err(|e| self.err(e))?;
             Ok(removed as u64)
         })

@@ -350,6 +350,23 @@ impl TokenStore {
         Ok(())
     }
 
+    /// [`TokenStore::try_data_version`], waiting for the read connection if it is in use.
+    pub fn data_version(&self) -> Result<i64, TokenError> {
+        lock(&self.reader)
+            .pragma_query_value(None, "data_version", |r| r.get(0))
+            .map_err(|e| self.err(e))
+    }
+
+    /// A number that changes whenever another connection (in any process, this store's own
+    /// writer included) commits to the database: while it stands still, a token checked
+    /// earlier is still what it was. `None` when the read connection is in use right now (the
+    /// caller then checks the token the long way); never waits.
+    pub fn try_data_version(&self) -> Option<i64> {
+        let conn = self.reader.try_lock().ok()?;
+        conn.pragma_query_value(None, "data_version", |r| r.get(0))
+            .ok()
+    }
+
     /// The user a memory belongs (or, once deleted, belonged) to, from its audit trail; `None`
     /// when the store never held it. Access checks need the owner of deleted memories too, so
     /// that their history is shown only to those who could see them.
@@ -533,6 +550,21 @@ mod tests {
             Some("carol")
         );
         assert_eq!(tokens.memory_owner(MemoryId::new()).unwrap(), None);
+    }
+
+    #[test]
+    fn the_data_version_moves_when_another_connection_commits() {
+        let (dir, tokens) = store();
+        let before = tokens.try_data_version().unwrap();
+        assert_eq!(tokens.try_data_version(), Some(before));
+        let other = TokenStore::open(dir.path().join("engram.db")).unwrap();
+        let (token, _) = other
+            .create(None, &users(&["u"]), Timestamp::now())
+            .unwrap();
+        let after_create = tokens.try_data_version().unwrap();
+        assert_ne!(after_create, before);
+        other.revoke(&token.id, Timestamp::now()).unwrap();
+        assert_ne!(tokens.try_data_version().unwrap(), after_create);
     }
 
     #[test]

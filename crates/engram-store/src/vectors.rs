@@ -13,7 +13,6 @@ use jiff::Timestamp;
 use rusqlite::Connection;
 use rusqlite::types::Value;
 
-use crate::ann::quant::with_best_simd;
 use crate::rows::{MEMORY_COLUMNS, filter_sql, memory_from_row};
 
 /// Encodes a vector as the blob stored in `embeddings.vector`.
@@ -58,7 +57,7 @@ pub(crate) fn dot_blob(query: &[f32], bytes: &[u8]) -> Option<f32> {
         return None;
     }
     // Sixteen independent accumulators let the compiler vectorise the loop (one AVX-512
-    // register, or two AVX2 ones, under `with_best_simd`).
+    // register, or two AVX2 ones, under `dot_blob_dispatched`).
     let mut lanes = [0.0f32; 16];
     let mut q = query.chunks_exact(16);
     let mut b = bytes.chunks_exact(64);
@@ -74,6 +73,19 @@ pub(crate) fn dot_blob(query: &[f32], bytes: &[u8]) -> Option<f32> {
         sum += x * f32::from_le_bytes([c[0], c[1], c[2], c[3]]);
     }
     Some(sum)
+}
+
+/// [`dot_blob`] compiled for the best SIMD level the CPU has (chosen at run time).
+pub(crate) fn dot_blob_dispatched(query: &[f32], bytes: &[u8]) -> Option<f32> {
+    struct DotBlob<'a>(&'a [f32], &'a [u8]);
+    impl pulp::WithSimd for DotBlob<'_> {
+        type Output = Option<f32>;
+        #[inline(always)]
+        fn with_simd<S: pulp::Simd>(self, _simd: S) -> Option<f32> {
+            dot_blob(self.0, self.1)
+        }
+    }
+    pulp::Arch::new().dispatch(DotBlob(query, bytes))
 }
 
 /// Refuses query vectors no stored vector can be compared with.
@@ -136,27 +148,27 @@ pub(crate) fn exact_search(
         .query(rusqlite::params_from_iter(values))
         .map_err(err)?;
     let stop_after = stop_after.unwrap_or(usize::MAX);
-    let scanned = with_best_simd(|| -> Result<Option<usize>, StoreError> {
-        let mut scanned = 0usize;
-        while let Some(row) = rows.next().map_err(err)? {
-            if scanned >= stop_after {
-                return Ok(None);
-            }
-            scanned += 1;
-            let rowid: i64 = row.get(0).map_err(err)?;
-            let blob = row.get_ref(1).and_then(|v| Ok(v.as_blob()?)).map_err(err)?;
-            let Some(similarity) = dot_blob(query, blob) else {
-                return Err(dimension_mismatch(model, query.len(), blob.len() / 4));
-            };
-            let truncated: bool = row.get(2).map_err(err)?;
-            top.offer(Scored {
-                similarity,
-                rowid,
-                truncated,
-            });
+    let mut scanned = 0usize;
+    let mut stopped = false;
+    while let Some(row) = rows.next().map_err(err)? {
+        if scanned >= stop_after {
+            stopped = true;
+            break;
         }
-        Ok(Some(scanned))
-    })?;
+        scanned += 1;
+        let rowid: i64 = row.get(0).map_err(err)?;
+        let blob = row.get_ref(1).and_then(|v| Ok(v.as_blob()?)).map_err(err)?;
+        let Some(similarity) = dot_blob_dispatched(query, blob) else {
+            return Err(dimension_mismatch(model, query.len(), blob.len() / 4));
+        };
+        let truncated: bool = row.get(2).map_err(err)?;
+        top.offer(Scored {
+            similarity,
+            rowid,
+            truncated,
+        });
+    }
+    let scanned = (!stopped).then_some(scanned);
     drop(rows);
     match scanned {
         None => Ok(Exact::Stopped),

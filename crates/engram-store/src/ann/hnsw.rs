@@ -20,7 +20,7 @@ use std::collections::BinaryHeap;
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicUsize, Ordering::Relaxed};
 
-use super::quant::{QuantQuery, dot_i8, quantize_into, with_best_simd};
+use super::quant::{QuantQuery, dot_i8, quantize_into};
 use super::visited::{VisitedList, VisitedPool};
 
 /// How a graph is shaped.
@@ -279,9 +279,7 @@ impl Hnsw {
     #[cfg(test)]
     pub fn insert(&mut self, vector: &[f32]) -> Result<u32, HnswError> {
         let node = self.append(vector)?;
-        let mut visited = self.visited.take(self.len());
-        with_best_simd(|| self.link(node, &mut visited));
-        self.visited.give_back(visited);
+        self.link_from(node, 1, &AtomicBool::new(false))?;
         Ok(node)
     }
 
@@ -296,18 +294,12 @@ impl Hnsw {
         let total = self.len();
         let work = || -> Result<(), HnswError> {
             let mut visited = self.visited.take(total);
-            let result = with_best_simd(|| {
-                loop {
-                    if cancel.load(Relaxed) {
-                        return Err(HnswError::Cancelled);
-                    }
-                    let node = next.fetch_add(1, Relaxed);
-                    if node >= total {
-                        return Ok(());
-                    }
-                    // Below u32::MAX: append refuses more nodes.
-                    self.link(node as u32, &mut visited);
-                }
+            let result = pulp::Arch::new().dispatch(LinkTask {
+                graph: self,
+                next: &next,
+                total,
+                cancel,
+                visited: &mut visited,
             });
             self.visited.give_back(visited);
             result
@@ -364,15 +356,48 @@ impl Hnsw {
         self.scales.get(node as usize).copied().unwrap_or(0.0)
     }
 
-    /// Approximate similarity of the query to a node.
+    /// The query a search or an insertion measures against: a node's own vector, or a
+    /// quantised query.
     #[inline(always)]
-    pub fn similarity(&self, query: &QuantQuery, node: u32) -> f32 {
-        query.similarity(self.vector(node), self.scale(node))
+    fn target_of_node(&self, node: u32) -> Target<'_> {
+        Target {
+            values: self.vector(node),
+            scale: self.scale(node),
+        }
     }
 
+    /// Approximate similarity of `target` to `node`. Everything on the hot paths is a plain
+    /// `#[inline(always)]` function or loop (no closures), so that it is compiled inside the
+    /// SIMD-dispatched task that calls it.
     #[inline(always)]
-    fn node_similarity(&self, a: u32, b: u32) -> f32 {
-        dot_i8(self.vector(a), self.vector(b)) as f32 * (self.scale(a) * self.scale(b))
+    fn similarity_to(&self, target: &Target<'_>, node: u32) -> f32 {
+        dot_i8(target.values, self.vector(node)) as f32 * (target.scale * self.scale(node))
+    }
+
+    /// Approximate similarity of a query to each of `nodes`, appended to `out`.
+    pub fn similarities(&self, query: &QuantQuery, nodes: &[u32], out: &mut Vec<f32>) {
+        pulp::Arch::new().dispatch(ScoreTask {
+            graph: self,
+            target: Target {
+                values: &query.query.values,
+                scale: query.query.scale,
+            },
+            nodes,
+            out,
+        })
+    }
+
+    /// The links of `node` on `level` that are in use.
+    #[inline(always)]
+    fn neighbors(&self, node: u32, level: u8) -> &[AtomicU32] {
+        let list = self.list(node, level);
+        match list.split_first() {
+            Some((count, links)) => {
+                let count = (count.load(Relaxed) as usize).min(links.len());
+                &links[..count]
+            }
+            None => &[],
+        }
     }
 
     /// The count word and link words of `node` on `level`.
@@ -395,26 +420,14 @@ impl Hnsw {
         }
     }
 
-    /// Calls `f` with every neighbour of `node` on `level`.
+    /// Walks one layer greedily towards the target.
     #[inline(always)]
-    fn for_each_neighbor(&self, node: u32, level: u8, mut f: impl FnMut(u32)) {
-        let list = self.list(node, level);
-        let Some((count, links)) = list.split_first() else {
-            return;
-        };
-        let count = (count.load(Relaxed) as usize).min(links.len());
-        for link in &links[..count] {
-            f(link.load(Relaxed));
-        }
-    }
-
-    /// Walks one layer greedily towards the query.
-    #[inline(always)]
-    fn greedy(&self, sim: &impl Fn(u32) -> f32, mut best: Neighbor, level: u8) -> Neighbor {
+    fn greedy(&self, target: &Target<'_>, mut best: Neighbor, level: u8) -> Neighbor {
         loop {
             let mut moved = false;
-            self.for_each_neighbor(best.node, level, |n| {
-                let s = sim(n);
+            for link in self.neighbors(best.node, level) {
+                let n = link.load(Relaxed);
+                let s = self.similarity_to(target, n);
                 if s > best.similarity {
                     best = Neighbor {
                         similarity: s,
@@ -422,7 +435,7 @@ impl Hnsw {
                     };
                     moved = true;
                 }
-            });
+            }
             if !moved {
                 return best;
             }
@@ -432,14 +445,14 @@ impl Hnsw {
     /// Best-first search of one layer from `entry`; returns up to `ef` nodes that `pass`
     /// accepts (unordered). Nodes that fail `pass` are still walked through.
     #[inline(always)]
-    fn search_layer(
+    fn search_layer<P: Fn(u32) -> bool>(
         &self,
-        sim: &impl Fn(u32) -> f32,
+        target: &Target<'_>,
         entry: &[Neighbor],
         ef: usize,
         level: u8,
         visited: &mut VisitedList,
-        pass: &impl Fn(u32) -> bool,
+        pass: &P,
     ) -> Vec<Neighbor> {
         let mut candidates: BinaryHeap<Nearest> = BinaryHeap::with_capacity(ef * 2);
         let mut results: BinaryHeap<Farthest> = BinaryHeap::with_capacity(ef + 1);
@@ -454,22 +467,18 @@ impl Hnsw {
                 }
             }
         }
+        // The similarity a new node must beat to matter: the worst kept once `ef` are kept.
+        let mut bound = f32::NEG_INFINITY;
         while let Some(Nearest(current)) = candidates.pop() {
-            if results.len() >= ef
-                && let Some(Farthest(worst)) = results.peek()
-                && current.similarity < worst.similarity
-            {
+            if current.similarity < bound {
                 break;
             }
-            self.for_each_neighbor(current.node, level, |n| {
+            for link in self.neighbors(current.node, level) {
+                let n = link.load(Relaxed);
                 if !visited.insert(n) {
-                    return;
+                    continue;
                 }
-                let s = sim(n);
-                let bound = match results.peek() {
-                    Some(Farthest(worst)) if results.len() >= ef => worst.similarity,
-                    _ => f32::NEG_INFINITY,
-                };
+                let s = self.similarity_to(target, n);
                 if s > bound {
                     let found = Neighbor {
                         similarity: s,
@@ -481,11 +490,20 @@ impl Hnsw {
                         if results.len() > ef {
                             results.pop();
                         }
+                        if results.len() >= ef
+                            && let Some(Farthest(worst)) = results.peek()
+                        {
+                            bound = worst.similarity;
+                        }
                     }
                 }
-            });
+            }
         }
-        results.into_iter().map(|Farthest(n)| n).collect()
+        results
+            .into_vec()
+            .into_iter()
+            .map(|Farthest(n)| n)
+            .collect()
     }
 
     /// Chooses up to `m` links among `candidates` (best first): a candidate is kept only when it
@@ -498,10 +516,15 @@ impl Hnsw {
             if kept.len() >= m {
                 break;
             }
-            if kept
-                .iter()
-                .all(|k| self.node_similarity(c.node, k.node) <= c.similarity)
-            {
+            let own = self.target_of_node(c.node);
+            let mut diverse = true;
+            for k in &kept {
+                if self.similarity_to(&own, k.node) > c.similarity {
+                    diverse = false;
+                    break;
+                }
+            }
+            if diverse {
                 kept.push(*c);
             }
         }
@@ -543,24 +566,21 @@ impl Hnsw {
             }
         }
         let (entry, top) = unpack_entry(word);
-        let own = self.vector(node);
-        let own_scale = self.scale(node);
-        let sim = |n: u32| dot_i8(own, self.vector(n)) as f32 * (own_scale * self.scale(n));
+        let target = self.target_of_node(node);
         let mut best = Neighbor {
-            similarity: sim(entry),
+            similarity: self.similarity_to(&target, entry),
             node: entry,
         };
         let mut layer = top;
         while layer > level {
-            best = self.greedy(&sim, best, layer);
+            best = self.greedy(&target, best, layer);
             layer -= 1;
         }
         let mut entries = vec![best];
-        let accept_all = |_: u32| true;
         loop {
             visited.reset(self.len());
             let mut found = self.search_layer(
-                &sim,
+                &target,
                 &entries,
                 self.ef_construction,
                 layer,
@@ -568,7 +588,7 @@ impl Hnsw {
                 &accept_all,
             );
             found.retain(|n| n.node != node);
-            found.sort_by(|a, b| b.better(a));
+            found.sort_unstable_by(|a, b| b.better(a));
             let chosen = self.select(&found, self.m);
             {
                 let _lock = self.lock(node);
@@ -576,37 +596,7 @@ impl Hnsw {
             }
             let cap = if layer == 0 { self.m0 } else { self.m };
             for neighbor in &chosen {
-                let _lock = self.lock(neighbor.node);
-                let list = self.list(neighbor.node, layer);
-                let Some((count, slots)) = list.split_first() else {
-                    continue;
-                };
-                let n = (count.load(Relaxed) as usize).min(slots.len());
-                if slots[..n].iter().any(|s| s.load(Relaxed) == node) {
-                    continue;
-                }
-                if n < cap {
-                    slots[n].store(node, Relaxed);
-                    count.store(n as u32 + 1, Relaxed);
-                    continue;
-                }
-                let mut pool: Vec<Neighbor> = slots[..n]
-                    .iter()
-                    .map(|s| {
-                        let other = s.load(Relaxed);
-                        Neighbor {
-                            similarity: self.node_similarity(neighbor.node, other),
-                            node: other,
-                        }
-                    })
-                    .collect();
-                pool.push(Neighbor {
-                    similarity: neighbor.similarity,
-                    node,
-                });
-                pool.sort_by(|a, b| b.better(a));
-                let kept = self.select(&pool, cap);
-                Self::write_list(list, &kept);
+                self.add_link(neighbor, node, layer, cap);
             }
             if !found.is_empty() {
                 entries = found;
@@ -621,33 +611,163 @@ impl Hnsw {
         }
     }
 
-    /// The up to `ef` nodes most similar to `query` among those `pass` accepts, best first.
-    /// Call it inside [`with_best_simd`] (the caller usually does more work there).
+    /// Adds `node` to `neighbor`'s list on `layer`; a full list keeps the `cap` best by the
+    /// selection heuristic.
     #[inline(always)]
-    pub fn search(
+    fn add_link(&self, neighbor: &Neighbor, node: u32, layer: u8, cap: usize) {
+        let _lock = self.lock(neighbor.node);
+        let list = self.list(neighbor.node, layer);
+        let Some((count, slots)) = list.split_first() else {
+            return;
+        };
+        let n = (count.load(Relaxed) as usize).min(slots.len());
+        for s in &slots[..n] {
+            if s.load(Relaxed) == node {
+                return;
+            }
+        }
+        if n < cap {
+            slots[n].store(node, Relaxed);
+            count.store(n as u32 + 1, Relaxed);
+            return;
+        }
+        let base = self.target_of_node(neighbor.node);
+        let mut pool: Vec<Neighbor> = Vec::with_capacity(n + 1);
+        for s in &slots[..n] {
+            let other = s.load(Relaxed);
+            pool.push(Neighbor {
+                similarity: self.similarity_to(&base, other),
+                node: other,
+            });
+        }
+        pool.push(Neighbor {
+            similarity: neighbor.similarity,
+            node,
+        });
+        pool.sort_unstable_by(|a, b| b.better(a));
+        let kept = self.select(&pool, cap);
+        Self::write_list(list, &kept);
+    }
+
+    /// The up to `ef` nodes most similar to `query` among those `pass` accepts, best first.
+    pub fn search<P: Fn(u32) -> bool>(
         &self,
         query: &QuantQuery,
         ef: usize,
-        pass: &impl Fn(u32) -> bool,
+        pass: &P,
     ) -> Vec<Neighbor> {
         let word = self.entry.load(Relaxed);
         if word == NO_ENTRY || ef == 0 || query.query.values.len() != self.dim {
             return Vec::new();
         }
-        let (entry, top) = unpack_entry(word);
-        let sim = |n: u32| self.similarity(query, n);
+        let mut visited = self.visited.take(self.len());
+        let mut found = pulp::Arch::new().dispatch(SearchTask {
+            graph: self,
+            target: Target {
+                values: &query.query.values,
+                scale: query.query.scale,
+            },
+            entry: unpack_entry(word),
+            ef,
+            visited: &mut visited,
+            pass,
+        });
+        self.visited.give_back(visited);
+        found.sort_unstable_by(|a, b| b.better(a));
+        found
+    }
+}
+
+/// The vector a search measures against.
+#[derive(Debug, Clone, Copy)]
+struct Target<'a> {
+    values: &'a [i8],
+    scale: f32,
+}
+
+#[inline(always)]
+fn accept_all(_: u32) -> bool {
+    true
+}
+
+// Each task runs one hot loop inside `pulp`'s dispatch, compiled for the best instruction set
+// the CPU has (AVX-512, AVX2 or baseline), chosen at run time.
+
+/// Links nodes handed out by a shared counter.
+struct LinkTask<'a> {
+    graph: &'a Hnsw,
+    next: &'a AtomicUsize,
+    total: usize,
+    cancel: &'a AtomicBool,
+    visited: &'a mut VisitedList,
+}
+
+impl pulp::WithSimd for LinkTask<'_> {
+    type Output = Result<(), HnswError>;
+
+    #[inline(always)]
+    fn with_simd<S: pulp::Simd>(self, _simd: S) -> Self::Output {
+        loop {
+            if self.cancel.load(Relaxed) {
+                return Err(HnswError::Cancelled);
+            }
+            let node = self.next.fetch_add(1, Relaxed);
+            if node >= self.total {
+                return Ok(());
+            }
+            // Below u32::MAX: append refuses more nodes.
+            self.graph.link(node as u32, self.visited);
+        }
+    }
+}
+
+/// One filtered search.
+struct SearchTask<'a, P> {
+    graph: &'a Hnsw,
+    target: Target<'a>,
+    entry: (u32, u8),
+    ef: usize,
+    visited: &'a mut VisitedList,
+    pass: &'a P,
+}
+
+impl<P: Fn(u32) -> bool> pulp::WithSimd for SearchTask<'_, P> {
+    type Output = Vec<Neighbor>;
+
+    #[inline(always)]
+    fn with_simd<S: pulp::Simd>(self, _simd: S) -> Self::Output {
+        let graph = self.graph;
+        let (entry, top) = self.entry;
         let mut best = Neighbor {
-            similarity: sim(entry),
+            similarity: graph.similarity_to(&self.target, entry),
             node: entry,
         };
-        for layer in (1..=top).rev() {
-            best = self.greedy(&sim, best, layer);
+        let mut layer = top;
+        while layer > 0 {
+            best = graph.greedy(&self.target, best, layer);
+            layer -= 1;
         }
-        let mut visited = self.visited.take(self.len());
-        let mut found = self.search_layer(&sim, &[best], ef, 0, &mut visited, pass);
-        self.visited.give_back(visited);
-        found.sort_by(|a, b| b.better(a));
-        found
+        graph.search_layer(&self.target, &[best], self.ef, 0, self.visited, self.pass)
+    }
+}
+
+/// Scores a list of nodes.
+struct ScoreTask<'a> {
+    graph: &'a Hnsw,
+    target: Target<'a>,
+    nodes: &'a [u32],
+    out: &'a mut Vec<f32>,
+}
+
+impl pulp::WithSimd for ScoreTask<'_> {
+    type Output = ();
+
+    #[inline(always)]
+    fn with_simd<S: pulp::Simd>(self, _simd: S) {
+        self.out.reserve(self.nodes.len());
+        for &node in self.nodes {
+            self.out.push(self.graph.similarity_to(&self.target, node));
+        }
     }
 }
 
@@ -735,7 +855,8 @@ mod tests {
         for q in queries {
             let truth = exact_top(data, q, k, pass);
             let qq = QuantQuery::new(q);
-            let found: Vec<u32> = with_best_simd(|| graph.search(&qq, 64, &pass))
+            let found: Vec<u32> = graph
+                .search(&qq, 64, &pass)
                 .into_iter()
                 .take(k)
                 .map(|n| n.node)
@@ -838,7 +959,7 @@ mod tests {
             let graph = build(&data, 1);
             let pass = |n: u32| n % modulus == residue % modulus;
             let q = QuantQuery::new(&data[(seed % 400) as usize]);
-            let found = with_best_simd(|| graph.search(&q, ef, &pass));
+            let found = graph.search(&q, ef, &pass);
             prop_assert!(found.len() <= ef);
             let passing = (0..400u32).filter(|n| pass(*n)).count();
             prop_assert_eq!(found.len(), ef.min(passing));

@@ -25,7 +25,7 @@ use rusqlite::{Connection, OpenFlags, OptionalExtension, Row, params};
 
 use super::hnsw::{Hnsw, HnswParams};
 use super::members::{MemberFilter, Members, MemoryAttributes};
-use super::quant::{QuantQuery, RoundingBound, with_best_simd};
+use super::quant::{QuantQuery, RoundingBound};
 use crate::error::from_sqlite;
 use crate::rows::filter_sql;
 use crate::vectors::{self, Scored, TopK};
@@ -171,9 +171,14 @@ fn attributes_from_row(row: &Row<'_>, at: usize) -> rusqlite::Result<MemoryAttri
     })
 }
 
-/// Opens the connection the index reads through. It never writes; memory-mapped reads are off
-/// so that streaming every vector at load does not leave the file's pages in this process.
-fn open_reader(errors: &ErrorMap, busy_timeout: Duration) -> Result<Connection, StoreError> {
+/// Opens a connection the index reads through. It never writes. Memory-mapped reads are off:
+/// streaming every vector at load, and the scattered point reads of searches, would otherwise
+/// leave pages of the file mapped into this process (counted in its resident memory) for no
+/// gain; reads go through a small page cache instead.
+pub(crate) fn open_reader(
+    errors: &ErrorMap,
+    busy_timeout: Duration,
+) -> Result<Connection, StoreError> {
     let flags = OpenFlags::SQLITE_OPEN_READ_WRITE
         | OpenFlags::SQLITE_OPEN_NO_MUTEX
         | OpenFlags::SQLITE_OPEN_URI;
@@ -458,15 +463,17 @@ impl ModelIndex {
             &accepts,
             settings.exact_max_scope,
         );
-        let (candidates, path) = with_best_simd(|| match scope {
+        let (candidates, path) = match scope {
             Some(slots) => {
-                let scored: Vec<(f32, u32)> = slots
-                    .into_iter()
-                    .filter_map(|slot| {
-                        let m = state.members.slot(slot)?;
-                        Some((state.graph.similarity(&query_q, m.node), slot))
-                    })
+                let nodes: Vec<u32> = slots
+                    .iter()
+                    .map(|&slot| state.members.slot(slot).map_or(0, |m| m.node))
                     .collect();
+                let mut similarities = Vec::new();
+                state
+                    .graph
+                    .similarities(&query_q, &nodes, &mut similarities);
+                let scored: Vec<(f32, u32)> = similarities.into_iter().zip(slots).collect();
                 (scored, SearchPath::MemoryExact)
             }
             None => {
@@ -483,7 +490,7 @@ impl ModelIndex {
                 }
                 (scored, SearchPath::Approximate)
             }
-        });
+        };
         let bound = RoundingBound::new(
             &query_q,
             state.graph.max_scale(),
@@ -578,7 +585,7 @@ fn rescore(
                     Some(row) => {
                         let blob = row.get_ref(0).and_then(|v| Ok(v.as_blob()?)).map_err(map)?;
                         let truncated: bool = row.get(1).map_err(map)?;
-                        with_best_simd(|| vectors::dot_blob(query, blob)).map(|s| (s, truncated))
+                        vectors::dot_blob_dispatched(query, blob).map(|s| (s, truncated))
                     }
                     // Dropped a moment ago by another process.
                     None => None,

@@ -106,6 +106,9 @@ struct Slot {
     build: Mutex<()>,
 }
 
+/// Idle index readers kept for reuse.
+const MAX_IDLE_READERS: usize = 4;
+
 fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
     mutex.lock().unwrap_or_else(|e| e.into_inner())
 }
@@ -121,6 +124,8 @@ pub(crate) struct VectorIndexes {
     slots: Mutex<HashMap<String, Arc<Slot>>>,
     cancel: Arc<AtomicBool>,
     counts: [AtomicU64; 3],
+    /// Idle connections for the SQL parts of index searches (see `index::open_reader`).
+    readers: Mutex<Vec<Connection>>,
 }
 
 impl Drop for VectorIndexes {
@@ -142,6 +147,7 @@ impl VectorIndexes {
             slots: Mutex::new(HashMap::new()),
             cancel: Arc::new(AtomicBool::new(false)),
             counts: Default::default(),
+            readers: Mutex::new(Vec::new()),
         }
     }
 
@@ -169,6 +175,24 @@ impl VectorIndexes {
             Some(SearchPath::Approximate) => 2,
         };
         self.counts[i].fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// Runs an index search's SQL on one of the index's own readers.
+    fn with_reader<T>(
+        &self,
+        f: impl FnOnce(&Connection) -> Result<T, StoreError>,
+    ) -> Result<T, StoreError> {
+        let pooled = lock(&self.readers).pop();
+        let conn = match pooled {
+            Some(conn) => conn,
+            None => index::open_reader(&self.errors, self.busy_timeout)?,
+        };
+        let result = f(&conn);
+        let mut idle = lock(&self.readers);
+        if idle.len() < MAX_IDLE_READERS {
+            idle.push(conn);
+        }
+        result
     }
 
     fn params(&self) -> HnswParams {
@@ -302,7 +326,8 @@ impl VectorIndexes {
             now,
         };
         if let Some(index) = self.ready(model) {
-            let (hits, path) = index.search(conn, filter, query, limit, settings)?;
+            let (hits, path) =
+                self.with_reader(|own| index.search(own, filter, query, limit, settings))?;
             self.record(Some(path));
             return Ok(hits);
         }
@@ -321,7 +346,8 @@ impl VectorIndexes {
             }
             Exact::Stopped => {
                 let index = self.build_now(model)?;
-                let (hits, path) = index.search(conn, filter, query, limit, settings)?;
+                let (hits, path) =
+                    self.with_reader(|own| index.search(own, filter, query, limit, settings))?;
                 self.record(Some(path));
                 Ok(hits)
             }

@@ -1,0 +1,109 @@
+//! BM25 over one user's memories.
+//!
+//! SQLite's built-in `bm25()` takes its document count and average length from the whole table,
+//! so with many users a word common in one user's memories still looks rare. engram instead reads
+//! term positions from the index (`fts5vocab`, per-user terms — see fts.rs) and scores here with
+//! the user's own statistics: the user's document count, average length and document frequency.
+
+use std::collections::HashMap;
+
+/// BM25 term-frequency saturation.
+pub(crate) const K1: f64 = 1.2;
+/// BM25 length normalisation.
+pub(crate) const B: f64 = 0.75;
+
+/// Inverse document frequency, always positive (the Lucene form, so a word in most of a user's
+/// memories still counts a little instead of going negative).
+pub(crate) fn idf(documents: f64, frequency: f64) -> f64 {
+    (1.0 + (documents - frequency + 0.5) / (frequency + 0.5)).ln()
+}
+
+/// One term's contribution to a document's score.
+pub(crate) fn term_score(idf: f64, tf: f64, length: f64, average_length: f64) -> f64 {
+    let norm = if average_length > 0.0 {
+        1.0 - B + B * length / average_length
+    } else {
+        1.0
+    };
+    idf * tf * (K1 + 1.0) / (tf + K1 * norm)
+}
+
+/// Positions of each term in each document: term -> document -> sorted offsets.
+pub(crate) type Postings = HashMap<String, HashMap<i64, Vec<u32>>>;
+
+/// How often the phrase `terms` (consecutive positions) occurs in each document.
+pub(crate) fn phrase_frequencies(postings: &Postings, terms: &[String]) -> HashMap<i64, u32> {
+    let Some((first, rest)) = terms.split_first() else {
+        return HashMap::new();
+    };
+    let Some(starts) = postings.get(first) else {
+        return HashMap::new();
+    };
+    let mut out = HashMap::new();
+    for (&doc, offsets) in starts {
+        let count = offsets
+            .iter()
+            .filter(|&&start| {
+                rest.iter().enumerate().all(|(i, term)| {
+                    postings
+                        .get(term)
+                        .and_then(|docs| docs.get(&doc))
+                        .is_some_and(|o| o.binary_search(&(start + i as u32 + 1)).is_ok())
+                })
+            })
+            .count() as u32;
+        if count > 0 {
+            out.insert(doc, count);
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    fn postings(entries: &[(&str, i64, &[u32])]) -> Postings {
+        let mut p = Postings::new();
+        for (term, doc, offsets) in entries {
+            p.entry(term.to_string())
+                .or_default()
+                .insert(*doc, offsets.to_vec());
+        }
+        p
+    }
+
+    #[test]
+    fn phrases_need_consecutive_positions() {
+        let p = postings(&[
+            ("a", 1, &[0, 5]),
+            ("b", 1, &[1, 9]),
+            ("a", 2, &[3]),
+            ("b", 2, &[7]),
+        ]);
+        let terms = ["a".to_string(), "b".to_string()];
+        let f = phrase_frequencies(&p, &terms);
+        assert_eq!(f.get(&1), Some(&1));
+        assert_eq!(f.get(&2), None);
+    }
+
+    #[test]
+    fn rarer_words_and_shorter_documents_score_higher() {
+        assert!(idf(100.0, 2.0) > idf(100.0, 50.0));
+        assert!(idf(100.0, 100.0) > 0.0);
+        let i = idf(100.0, 5.0);
+        assert!(term_score(i, 1.0, 5.0, 10.0) > term_score(i, 1.0, 20.0, 10.0));
+        assert!(term_score(i, 3.0, 10.0, 10.0) > term_score(i, 1.0, 10.0, 10.0));
+    }
+
+    proptest! {
+        #[test]
+        fn scores_are_positive_and_saturate(tf in 1.0f64..1000.0, len in 1.0f64..500.0, avg in 1.0f64..100.0, n in 1.0f64..10_000.0) {
+            let df = (n / 3.0).max(1.0);
+            let s = term_score(idf(n, df), tf, len, avg);
+            prop_assert!(s > 0.0);
+            prop_assert!(s <= idf(n, df) * (K1 + 1.0) + 1e-9);
+        }
+    }
+}
