@@ -62,13 +62,22 @@ pub fn code_for(err: &anyhow::Error) -> Status {
             return failure.status;
         }
         if let Some(store) = cause.downcast_ref::<StoreError>() {
-            return match store {
-                StoreError::NotFound(_) => Status::NotFound,
-                StoreError::Invalid(_) | StoreError::BadQuery(_) => Status::Usage,
-                StoreError::Duplicate(_) | StoreError::AlreadyClosed(_) => Status::Conflict,
-                _ => Status::Failure,
-            };
+            return store_status(store);
+        }
+        if let Some(engram_memory::SearchError::Store(store)) =
+            cause.downcast_ref::<engram_memory::SearchError>()
+        {
+            return store_status(store);
         }
     }
     Status::Failure
+}
+
+fn store_status(error: &StoreError) -> Status {
+    match error {
+        StoreError::NotFound(_) => Status::NotFound,
+        StoreError::Invalid(_) | StoreError::BadQuery(_) => Status::Usage,
+        StoreError::Duplicate(_) | StoreError::AlreadyClosed(_) => Status::Conflict,
+        _ => Status::Failure,
+    }
 }

@@ -163,12 +163,17 @@ pub fn import(ctx: &Context, args: ImportArgs) -> Result<Status> {
         let size = file.metadata().ok().map(|m| m.len());
         (Box::new(file), size)
     };
-    let store = ctx.home.open_store()?;
+    let store: std::sync::Arc<dyn MemoryStore> = std::sync::Arc::new(ctx.home.open_store()?);
     let progress = progress_bar(total);
     let batch_size = usize::try_from(args.batch_size).unwrap_or(2000);
-    let mut summary = import_reader(&store, progress.wrap_read(reader), batch_size, &progress)
+    let mut summary = import_reader(&*store, progress.wrap_read(reader), batch_size, &progress)
         .with_context(|| format!("while importing {}", args.file.display()))?;
     progress.finish_and_clear();
+    // With a model configured, the new memories get their vectors now (`engram reindex` would
+    // do the same later).
+    if summary.added > 0 {
+        super::retrieval::embed_all_pending(ctx, store.clone())?;
+    }
 
     summary.rejected.sort_by_key(|r| r.line);
     if ctx.json {

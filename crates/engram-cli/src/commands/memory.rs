@@ -44,8 +44,12 @@ pub fn add(ctx: &Context, args: AddArgs) -> Result<Status> {
         memory.metadata.insert(entry.key, meta_value(&entry.value));
     }
     memory.validate().map_err(|e| usage(e.to_string()))?;
-    let store = ctx.home.open_store()?;
-    match store.add(memory, "cli")? {
+    let store: std::sync::Arc<dyn MemoryStore> = std::sync::Arc::new(ctx.home.open_store()?);
+    let embedder = super::retrieval::embedder(ctx)?;
+    let outcome = super::retrieval::runtime()?.block_on(
+        engram_memory::indexing::add_with_vector(&store, embedder.as_ref(), memory, "cli"),
+    )?;
+    match outcome {
         AddOutcome::Added(memory) => {
             if ctx.json {
                 output::json(&json!({"status": "added", "id": memory.id, "memory": memory}))?;

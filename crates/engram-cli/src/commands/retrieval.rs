@@ -106,14 +106,15 @@ pub fn searcher(
         .with_profile(profile(ctx, profile_flag)?))
 }
 
-/// `engram reindex`: gives every stored text a vector from the configured model.
-pub fn reindex(ctx: &Context, _args: ReindexArgs) -> Result<Status> {
+/// Embeds every text of `store` that has no vector for the configured model, with a progress
+/// bar; returns the model and how many texts were embedded (`None` without a model).
+pub fn embed_all_pending(
+    ctx: &Context,
+    store: Arc<dyn MemoryStore>,
+) -> Result<Option<(String, u64)>> {
     let Some(embedder) = embedder(ctx)? else {
-        return Err(usage(
-            "no embedding model is configured; set ENGRAM_EMBED_MODEL or [embed] in config.toml first",
-        ));
+        return Ok(None);
     };
-    let store: Arc<dyn MemoryStore> = Arc::new(ctx.home.open_store()?);
     let progress = if std::io::stderr().is_terminal() {
         ProgressBar::new(0).with_style(
             ProgressStyle::with_template(
@@ -133,6 +134,17 @@ pub fn reindex(ctx: &Context, _args: ReindexArgs) -> Result<Status> {
     let model = embedder.model_id().to_string();
     let embedded = runtime()?.block_on(embed_pending(&store, &embedder, &mut on_progress))?;
     progress.finish_and_clear();
+    Ok(Some((model, embedded)))
+}
+
+/// `engram reindex`: gives every stored text a vector from the configured model.
+pub fn reindex(ctx: &Context, _args: ReindexArgs) -> Result<Status> {
+    let store: Arc<dyn MemoryStore> = Arc::new(ctx.home.open_store()?);
+    let Some((model, embedded)) = embed_all_pending(ctx, store)? else {
+        return Err(usage(
+            "no embedding model is configured; set ENGRAM_EMBED_MODEL or [embed] in config.toml first",
+        ));
+    };
     if ctx.json {
         output::json(&json!({"model": model, "embedded": embedded}))?;
     } else if embedded == 0 {

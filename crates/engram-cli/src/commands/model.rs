@@ -1,0 +1,134 @@
+//! `engram model fetch|list`: sentence-transformers models in ENGRAM_HOME/models.
+
+use std::io::IsTerminal;
+
+use anyhow::Result;
+use clap::{Args, Subcommand};
+use engram_embed::hub::{self, FetchRequest, HubSource};
+use indicatif::{ProgressBar, ProgressStyle};
+use serde_json::json;
+
+use super::Context;
+use super::retrieval::runtime;
+use crate::exit::Status;
+use crate::output;
+
+/// The model `engram model fetch` installs when given no name.
+pub const DEFAULT_MODEL: &str = "all-MiniLM-L6-v2";
+
+/// `engram model ...`.
+#[derive(Debug, Subcommand)]
+pub enum ModelCommand {
+    /// Download a sentence-transformers model from the Hugging Face hub into ENGRAM_HOME/models
+    /// (the hub's address comes from HF_ENDPOINT, a token from HF_TOKEN).
+    Fetch(FetchArgs),
+    /// List installed models.
+    List,
+}
+
+/// `engram model fetch`.
+#[derive(Debug, Args)]
+pub struct FetchArgs {
+    /// A model name (`all-MiniLM-L6-v2` means `sentence-transformers/all-MiniLM-L6-v2`) or a
+    /// hub repository `owner/name`.
+    #[arg(default_value = DEFAULT_MODEL)]
+    pub name: String,
+    /// Branch, tag or commit to fetch.
+    #[arg(long, default_value = "main")]
+    pub revision: String,
+    /// Replace an installed model of the same name.
+    #[arg(long)]
+    pub replace: bool,
+}
+
+/// Runs `engram model ...`.
+pub fn run(ctx: &Context, command: ModelCommand) -> Result<Status> {
+    match command {
+        ModelCommand::Fetch(args) => fetch(ctx, args),
+        ModelCommand::List => list(ctx),
+    }
+}
+
+fn fetch(ctx: &Context, args: FetchArgs) -> Result<Status> {
+    ctx.home.ensure()?;
+    let models = ctx.home.dir().join("models");
+    let mut request = FetchRequest::new(&args.name, &models);
+    request.revision = args.revision;
+    request.replace = args.replace;
+    let source = HubSource::from_env(&|key| std::env::var(key).ok());
+    let bar = if std::io::stderr().is_terminal() && !ctx.json {
+        ProgressBar::new(0).with_style(
+            ProgressStyle::with_template("{spinner} {msg} [{bar:30}] {bytes}/{total_bytes}")
+                .unwrap_or_else(|_| ProgressStyle::default_bar())
+                .progress_chars("=> "),
+        )
+    } else {
+        ProgressBar::hidden()
+    };
+    let shown = bar.clone();
+    let mut on_progress = move |p: hub::FetchProgress<'_>| {
+        shown.set_message(format!(
+            "{} ({}/{})",
+            p.file,
+            p.file_index + 1,
+            p.file_count
+        ));
+        shown.set_length(p.bytes_total.unwrap_or(p.bytes_done));
+        shown.set_position(p.bytes_done);
+    };
+    let installed = runtime()?.block_on(hub::fetch_model(&source, &request, &mut on_progress))?;
+    bar.finish_and_clear();
+    if ctx.json {
+        output::json(&json!({
+            "name": installed.name,
+            "path": installed.path,
+            "dimension": installed.dimension,
+            "bytes": installed.bytes,
+        }))?;
+    } else {
+        println!(
+            "installed {} in {} ({:.1} MiB)",
+            installed.name,
+            installed.path.display(),
+            installed.bytes as f64 / 1_048_576.0
+        );
+        println!(
+            "use it with: export ENGRAM_EMBED_MODEL={}   (or model_dir = \"{}\" under [embed] in config.toml), then `engram reindex`",
+            installed.name, installed.name
+        );
+    }
+    Ok(Status::Success)
+}
+
+fn list(ctx: &Context) -> Result<Status> {
+    let models = hub::list_models(&ctx.home.dir().join("models"))?;
+    if ctx.json {
+        let rows: Vec<_> = models
+            .iter()
+            .map(|m| {
+                json!({"name": m.name, "path": m.path, "dimension": m.dimension,
+                       "bytes": m.bytes, "problem": m.problem})
+            })
+            .collect();
+        output::json(&rows)?;
+    } else if models.is_empty() {
+        eprintln!("no models installed; `engram model fetch` installs {DEFAULT_MODEL}");
+    } else {
+        for m in &models {
+            let dim = m.dimension.map_or("?".to_string(), |d| d.to_string());
+            let state = m
+                .problem
+                .as_deref()
+                .map_or(String::new(), |p| format!("  (unusable: {p})"));
+            println!(
+                "{:<28} {:>5}-d  {:>7.1} MiB  {}{}",
+                m.name,
+                dim,
+                m.bytes as f64 / 1_048_576.0,
+                m.path.display(),
+                state
+            );
+        }
+    }
+    Ok(Status::Success)
+}
