@@ -26,7 +26,15 @@ use crate::exit::{Failure, Status};
 pub const CONFIG_FILE: &str = "config.toml";
 
 /// The sections engram reads. A part of engram that adds one adds its name here.
-const KNOWN_SECTIONS: [&str; 5] = ["llm", "agent", "scheduler", "embed", "search"];
+const KNOWN_SECTIONS: [&str; 7] = [
+    "llm",
+    "agent",
+    "scheduler",
+    "embed",
+    "search",
+    "server",
+    "mcp",
+];
 
 /// How tools are offered to the model, as configured.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]

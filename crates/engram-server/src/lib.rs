@@ -1,1 +1,29 @@
-//! engram-server (to be built).
+//! engram over the network.
+//!
+//! - [`api`]: the REST API (axum) under `/v1`, with `/health` and `/openapi.json`; errors are
+//!   JSON with stable codes ([`error::ErrorCode`]).
+//! - [`mcp`]: the MCP server (rmcp) with memory tools and the reference server's
+//!   knowledge-graph tools, over stdio or streamable HTTP at `/mcp`.
+//! - [`mcp_client`]: other MCP servers' tools for the agent, as `mcp_<server>_<tool>`.
+//! - [`auth`]: bearer tokens bound to users; a memory of another user is answered exactly as a
+//!   missing one.
+//! - [`serve`]: binding, the loopback rule, graceful shutdown.
+//!
+//! Store calls are blocking SQLite work; [`service::MemoryService`] runs them on the blocking
+//! pool, a bounded number at a time, so the async runtime never stalls.
+
+pub mod api;
+pub mod auth;
+pub mod bridge;
+pub mod config;
+pub mod error;
+pub mod extract;
+pub mod knowledge;
+pub mod mcp;
+pub mod mcp_client;
+pub mod openapi;
+pub mod serve;
+pub mod service;
+
+pub use error::{ApiError, ErrorCode};
+pub use serve::{ServeError, ServeOptions, Server, Stores, shutdown_signal};

@@ -97,10 +97,10 @@ pub fn prepare(ctx: &Context, args: &AgentArgs) -> Result<AgentSetup> {
         store,
         scope: Scope::user(user.clone()),
     };
-    let tools = Arc::new(
-        ToolRegistry::with_builtins(&workspace, &BuiltinOptions::default(), memory)
-            .context("cannot set up the agent's tools")?,
-    );
+    let mut registry = ToolRegistry::with_builtins(&workspace, &BuiltinOptions::default(), memory)
+        .context("cannot set up the agent's tools")?;
+    super::mcp::add_mcp_tools(&config, &mut registry)?;
+    let tools = Arc::new(registry);
     let prompt = build_prompt(workspace.root(), &user);
     let agent = Agent::new(
         model,

@@ -1,0 +1,462 @@
+//! `engram bench server`: the HTTP server under load. A real `engram serve` process, batch
+//! ingest through `POST /v1/memories/batch`, then searches from a real load generator (wrk)
+//! through `POST /v1/memories/search`, with a bearer token on every request.
+
+use std::fmt::Write as _;
+use std::io::{BufRead, BufReader};
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::{Duration, Instant};
+
+use anyhow::{Context as _, Result, anyhow, bail};
+use clap::Args;
+use engram_store::tokens::TokenStore;
+use serde::Serialize;
+use serde_json::json;
+
+use super::store::{SplitMix, Vocabulary};
+use crate::commands::Context;
+use crate::exit::Status;
+use crate::output;
+
+/// `engram bench server`.
+#[derive(Debug, Args)]
+#[command(after_help = "\
+Needs wrk on the PATH (apt-get install wrk) or --wrk PATH. Run it on a release build:
+  cargo build --release --bin engram && ./target/release/engram bench server")]
+pub struct BenchServerArgs {
+    /// Memories to ingest before searching.
+    #[arg(long, default_value = "100000")]
+    pub memories: usize,
+    /// Users they are spread over.
+    #[arg(long, default_value = "100")]
+    pub users: usize,
+    /// Memories per batch request.
+    #[arg(long, default_value = "1000")]
+    pub batch: usize,
+    /// Batch requests in flight at once.
+    #[arg(long, default_value = "2")]
+    pub ingest_clients: usize,
+    /// Seconds of search load (after 5 s of warm-up).
+    #[arg(long, default_value = "30")]
+    pub duration: u64,
+    /// Open connections of the load generator.
+    #[arg(long, default_value = "32")]
+    pub connections: usize,
+    /// Threads of the load generator.
+    #[arg(long, default_value = "1")]
+    pub threads: usize,
+    /// Hits per search.
+    #[arg(long, default_value = "10")]
+    pub limit: usize,
+    /// The wrk binary.
+    #[arg(long, default_value = "wrk")]
+    pub wrk: PathBuf,
+    /// A sentence-transformers model folder for the server (hybrid search); lexical without.
+    #[arg(long)]
+    pub embed_model: Option<PathBuf>,
+    /// Where to build the store (default: a temporary directory).
+    #[arg(long)]
+    pub dir: Option<PathBuf>,
+    /// Random seed for the synthetic data.
+    #[arg(long, default_value = "7")]
+    pub seed: u64,
+}
+
+/// A running `engram serve`; stopped (SIGTERM) when dropped.
+struct ServerProcess {
+    child: Child,
+    url: String,
+}
+
+impl ServerProcess {
+    fn start(home: &std::path::Path, embed_model: Option<&PathBuf>) -> Result<Self> {
+        let exe = std::env::current_exe().context("cannot find the engram binary")?;
+        let mut command = Command::new(exe);
+        command
+            .arg("--home")
+            .arg(home)
+            .args(["serve", "--listen", "127.0.0.1:0"])
+            .env("ENGRAM_LOG", "warn")
+            .env_remove("ENGRAM_EMBED_MODEL")
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped());
+        if let Some(model) = embed_model {
+            command.env("ENGRAM_EMBED_MODEL", model);
+        }
+        let mut child = command.spawn().context("cannot start engram serve")?;
+        let stderr = child.stderr.take().ok_or_else(|| anyhow!("no stderr"))?;
+        let (sender, receiver) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            for line in BufReader::new(stderr).lines().map_while(Result::ok) {
+                match line.strip_prefix("engram is listening on ") {
+                    Some(rest) => {
+                        let _ =
+                            sender.send(rest.split_whitespace().next().unwrap_or("").to_string());
+                    }
+                    None => eprintln!("server: {line}"),
+                }
+            }
+        });
+        let url = receiver
+            .recv_timeout(Duration::from_secs(120))
+            .map_err(|_| anyhow!("engram serve did not start"))?;
+        Ok(Self { child, url })
+    }
+
+    /// The server's peak resident memory, from /proc (Linux).
+    fn peak_rss_mib(&self) -> f64 {
+        std::fs::read_to_string(format!("/proc/{}/status", self.child.id()))
+            .ok()
+            .and_then(|s| {
+                s.lines()
+                    .find(|l| l.starts_with("VmHWM:"))
+                    .and_then(|l| l.split_whitespace().nth(1))
+                    .and_then(|kb| kb.parse::<f64>().ok())
+            })
+            .map_or(0.0, |kb| kb / 1024.0)
+    }
+}
+
+impl Drop for ServerProcess {
+    fn drop(&mut self) {
+        let _ = Command::new("kill")
+            .args(["-TERM", &self.child.id().to_string()])
+            .status();
+        let _ = self.child.wait();
+    }
+}
+
+/// The `p` quantile (0..=1) of sorted durations, in milliseconds.
+pub fn percentile_ms(sorted: &[Duration], p: f64) -> f64 {
+    if sorted.is_empty() {
+        return 0.0;
+    }
+    let index = ((sorted.len() as f64 - 1.0) * p).round() as usize;
+    sorted[index.min(sorted.len() - 1)].as_secs_f64() * 1000.0
+}
+
+fn load_average() -> String {
+    std::fs::read_to_string("/proc/loadavg")
+        .map(|s| s.split_whitespace().take(3).collect::<Vec<_>>().join(" "))
+        .unwrap_or_else(|_| "unknown".to_string())
+}
+
+#[derive(Debug, Default, Serialize)]
+struct WrkFigures {
+    requests_per_second: f64,
+    p50_ms: f64,
+    p90_ms: f64,
+    p99_ms: f64,
+    requests: u64,
+    non_2xx: u64,
+    socket_errors: u64,
+}
+
+/// Reads "1.23ms", "850.00us", "1.02s" as milliseconds.
+fn wrk_ms(text: &str) -> Option<f64> {
+    let text = text.trim();
+    let (number, scale) = if let Some(n) = text.strip_suffix("us") {
+        (n, 0.001)
+    } else if let Some(n) = text.strip_suffix("ms") {
+        (n, 1.0)
+    } else if let Some(n) = text.strip_suffix('s') {
+        (n, 1000.0)
+    } else {
+        return None;
+    };
+    number.parse::<f64>().ok().map(|n| n * scale)
+}
+
+fn parse_wrk(text: &str) -> Result<WrkFigures> {
+    let mut figures = WrkFigures::default();
+    for line in text.lines() {
+        let line = line.trim();
+        let mut parts = line.split_whitespace();
+        match (parts.next(), parts.next()) {
+            (Some("50%"), Some(v)) => figures.p50_ms = wrk_ms(v).unwrap_or(0.0),
+            (Some("90%"), Some(v)) => figures.p90_ms = wrk_ms(v).unwrap_or(0.0),
+            (Some("99%"), Some(v)) => figures.p99_ms = wrk_ms(v).unwrap_or(0.0),
+            (Some("Requests/sec:"), Some(v)) => {
+                figures.requests_per_second = v.parse().unwrap_or(0.0)
+            }
+            (Some("Non-2xx"), _) => {
+                figures.non_2xx = line
+                    .rsplit(' ')
+                    .next()
+                    .and_then(|n| n.parse().ok())
+                    .unwrap_or(0);
+            }
+            (Some("Socket"), Some("errors:")) => {
+                figures.socket_errors = line
+                    .split(|c: char| !c.is_ascii_digit())
+                    .filter_map(|n| n.parse::<u64>().ok())
+                    .sum();
+            }
+            (Some(n), Some("requests")) => figures.requests = n.parse().unwrap_or(0),
+            _ => {}
+        }
+    }
+    if figures.requests_per_second == 0.0 {
+        bail!("cannot read wrk's report:\n{text}");
+    }
+    Ok(figures)
+}
+
+#[derive(Debug, Serialize)]
+struct Report {
+    memories: usize,
+    users: usize,
+    search: &'static str,
+    ingest_seconds: f64,
+    ingest_per_second: f64,
+    ingest_batch: usize,
+    wrk_connections: usize,
+    wrk_threads: usize,
+    wrk_seconds: u64,
+    search_limit: usize,
+    searches: WrkFigures,
+    server_peak_rss_mib: f64,
+    load_average_before: String,
+    load_average_after: String,
+    cores: usize,
+}
+
+/// Runs `engram bench server`.
+pub fn run(ctx: &Context, args: BenchServerArgs) -> Result<Status> {
+    if args.memories == 0 || args.users == 0 || args.batch == 0 {
+        return Err(crate::exit::usage(
+            "--memories, --users and --batch must be positive",
+        ));
+    }
+    Command::new(&args.wrk)
+        .arg("--version")
+        .output()
+        .with_context(|| {
+            format!(
+                "cannot run {} (install wrk, or pass --wrk PATH)",
+                args.wrk.display()
+            )
+        })?;
+    let temp;
+    let home = match &args.dir {
+        Some(dir) => dir.clone(),
+        None => {
+            temp = tempfile::tempdir()?;
+            temp.path().to_path_buf()
+        }
+    };
+    std::fs::create_dir_all(&home)?;
+    let load_before = load_average();
+    let users: Vec<String> = (0..args.users).map(|u| format!("user-{u}")).collect();
+    let (_, token) = TokenStore::open(home.join(engram_store::DATABASE_FILE))?.create(
+        Some("bench"),
+        &users,
+        jiff::Timestamp::now(),
+    )?;
+    let server = ServerProcess::start(&home, args.embed_model.as_ref())?;
+    eprintln!(
+        "engram serve at {} (load average {load_before})",
+        server.url
+    );
+
+    // The data and queries of `engram bench store`: chat-turn-like sentences over a Zipf
+    // vocabulary with the common English words on top; queries of 2-6 words drawn alike.
+    let mut rng = SplitMix(args.seed);
+    let words = Vocabulary::new(20_000, &mut rng);
+    let start = jiff::Timestamp::from_second(1_672_531_200)?; // 2023-01-01
+
+    // Ingest: batches built ahead, sent by a few clients at once.
+    let mut bodies = Vec::new();
+    let mut made = 0;
+    while made < args.memories {
+        let n = args.batch.min(args.memories - made);
+        let memories: Vec<serde_json::Value> = (made..made + n)
+            .map(|i| {
+                let at = start.checked_add(jiff::SignedDuration::from_secs(
+                    (i as i64) * 63_072_000 / args.memories as i64,
+                ))?;
+                Ok(json!({
+                    "user_id": users[i % users.len()],
+                    "text": words.sentence(&mut rng),
+                    "importance": rng.range(1, 5),
+                    "created_at": at.to_string(),
+                    "metadata": {"n": i},
+                }))
+            })
+            .collect::<Result<_>>()?;
+        bodies.push(serde_json::to_vec(&json!({"memories": memories}))?);
+        made += n;
+    }
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(1)
+        .enable_all()
+        .build()?;
+    let _ = rustls::crypto::ring::default_provider().install_default();
+    let client = reqwest::Client::new();
+    let bodies = Arc::new(bodies);
+    let next = Arc::new(AtomicUsize::new(0));
+    let started = Instant::now();
+    let added: usize = runtime.block_on(async {
+        let mut tasks = Vec::new();
+        for _ in 0..args.ingest_clients.max(1) {
+            let (client, bodies, next, url, token) = (
+                client.clone(),
+                bodies.clone(),
+                next.clone(),
+                format!("{}/v1/memories/batch", server.url),
+                token.clone(),
+            );
+            tasks.push(tokio::spawn(async move {
+                let mut added = 0usize;
+                loop {
+                    let i = next.fetch_add(1, Ordering::Relaxed);
+                    let Some(body) = bodies.get(i) else { break };
+                    let response = client
+                        .post(&url)
+                        .bearer_auth(&token)
+                        .header("content-type", "application/json")
+                        .body(body.clone())
+                        .send()
+                        .await
+                        .map_err(|e| anyhow!("batch {i}: {e}"))?;
+                    let status = response.status();
+                    let text = response
+                        .text()
+                        .await
+                        .map_err(|e| anyhow!("batch {i}: {e}"))?;
+                    if !status.is_success() {
+                        bail!("batch {i} failed with {status}: {text}");
+                    }
+                    let answer: serde_json::Value = serde_json::from_str(&text)?;
+                    added += answer["added"].as_u64().unwrap_or(0) as usize;
+                }
+                Ok::<usize, anyhow::Error>(added)
+            }));
+        }
+        let mut total = 0;
+        for task in tasks {
+            total += task.await??;
+        }
+        Ok::<usize, anyhow::Error>(total)
+    })?;
+    let ingest_seconds = started.elapsed().as_secs_f64();
+    eprintln!(
+        "ingested {added} memories in {ingest_seconds:.1} s ({:.0}/s)",
+        added as f64 / ingest_seconds
+    );
+
+    // Searches: a wrk script cycling through many different queries and users.
+    let mut script = String::from("local bodies = {\n");
+    for _ in 0..4000 {
+        let user = &users[rng.range(0, users.len() as u64 - 1) as usize];
+        let query: Vec<&str> = (0..rng.range(2, 6))
+            .map(|_| words.sample(&mut rng))
+            .collect();
+        let body = json!({"user_id": user, "query": query.join(" "), "limit": args.limit});
+        writeln!(script, "  [==[{body}]==],")?;
+    }
+    write!(
+        script,
+        "}}\nlocal headers = {{[\"Content-Type\"] = \"application/json\", [\"Authorization\"] = \"Bearer {token}\"}}\n\
+         local i = 0\n\
+         request = function()\n  i = i % #bodies + 1\n  return wrk.format(\"POST\", \"/v1/memories/search\", headers, bodies[i])\nend\n"
+    )?;
+    let script_path = home.join("search.lua");
+    std::fs::write(&script_path, script)?;
+    let wrk = |seconds: u64| -> Result<String> {
+        let out = Command::new(&args.wrk)
+            .arg(format!("-t{}", args.threads.max(1)))
+            .arg(format!("-c{}", args.connections.max(1)))
+            .arg(format!("-d{seconds}s"))
+            .arg("--latency")
+            .arg("-s")
+            .arg(&script_path)
+            .arg(&server.url)
+            .output()
+            .context("cannot run wrk")?;
+        if !out.status.success() {
+            bail!("wrk failed: {}", String::from_utf8_lossy(&out.stderr));
+        }
+        Ok(String::from_utf8_lossy(&out.stdout).into_owned())
+    };
+    wrk(5)?;
+    let text = wrk(args.duration)?;
+    let searches = parse_wrk(&text)?;
+    let report = Report {
+        memories: added,
+        users: args.users,
+        search: if args.embed_model.is_some() {
+            "hybrid"
+        } else {
+            "lexical"
+        },
+        ingest_seconds,
+        ingest_per_second: added as f64 / ingest_seconds,
+        ingest_batch: args.batch,
+        wrk_connections: args.connections,
+        wrk_threads: args.threads,
+        wrk_seconds: args.duration,
+        search_limit: args.limit,
+        searches,
+        server_peak_rss_mib: server.peak_rss_mib(),
+        load_average_before: load_before,
+        load_average_after: load_average(),
+        cores: std::thread::available_parallelism().map_or(0, |n| n.get()),
+    };
+    if ctx.json {
+        output::json(&report)?;
+    } else {
+        println!("{text}");
+        println!(
+            "{} memories over {} users ({} search); {} cores; load average before {} / after {}",
+            report.memories,
+            report.users,
+            report.search,
+            report.cores,
+            report.load_average_before,
+            report.load_average_after
+        );
+        println!(
+            "batch ingest   {:.0} memories/s ({} per request, {} clients, {:.1} s)",
+            report.ingest_per_second,
+            report.ingest_batch,
+            args.ingest_clients,
+            report.ingest_seconds
+        );
+        println!(
+            "search         {:.0} requests/s, p50 {:.2} ms, p90 {:.2} ms, p99 {:.2} ms, {} requests, {} non-2xx, {} socket errors (wrk -t{} -c{} -d{}s, limit {})",
+            report.searches.requests_per_second,
+            report.searches.p50_ms,
+            report.searches.p90_ms,
+            report.searches.p99_ms,
+            report.searches.requests,
+            report.searches.non_2xx,
+            report.searches.socket_errors,
+            report.wrk_threads,
+            report.wrk_connections,
+            report.wrk_seconds,
+            report.search_limit
+        );
+        println!("server peak RSS {:.0} MiB", report.server_peak_rss_mib);
+    }
+    Ok(Status::Success)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn wrk_reports_are_read() {
+        let text = "Running 30s test @ http://127.0.0.1:1\n  1 threads and 32 connections\n  Thread Stats   Avg      Stdev     Max   +/- Stdev\n    Latency     2.10ms    1.00ms  30.00ms   90.00%\n  Latency Distribution\n     50%    1.90ms\n     75%    2.50ms\n     90%    3.10ms\n     99%  850.00us\n  150000 requests in 30.00s, 200.00MB read\n  Socket errors: connect 0, read 2, write 0, timeout 1\n  Non-2xx or 3xx responses: 4\nRequests/sec:   5000.12\nTransfer/sec:      6.67MB\n";
+        let f = parse_wrk(text).unwrap();
+        assert_eq!(f.requests, 150_000);
+        assert!((f.requests_per_second - 5000.12).abs() < 1e-9);
+        assert!((f.p50_ms - 1.9).abs() < 1e-9 && (f.p99_ms - 0.85).abs() < 1e-9);
+        assert_eq!((f.non_2xx, f.socket_errors), (4, 3));
+        assert_eq!(wrk_ms("1.02s"), Some(1020.0));
+    }
+}

@@ -1,0 +1,71 @@
+//! `engram mcp`: the MCP server over standard input and output, for MCP clients that start
+//! their servers as child processes.
+
+use anyhow::{Context as _, Result, anyhow};
+use clap::Args;
+
+use super::Context;
+use super::serve::{init_logging, open_stores, server_settings};
+use crate::exit::Status;
+
+/// `engram mcp`.
+#[derive(Debug, Args)]
+#[command(after_help = "\
+Speaks MCP on standard input and output (logs go to standard error). Tools: memory_add,
+memory_search, memory_get, memory_list, memory_update, memory_delete, memory_history, and the
+knowledge-graph tools of the reference memory server (create_entities, create_relations,
+add_observations, delete_entities, delete_observations, delete_relations, read_graph,
+search_nodes, open_nodes). Tools act for --user unless a call names another user_id.
+
+Example client configuration:
+  {\"command\": \"engram\", \"args\": [\"mcp\", \"--user\", \"alice\"]}")]
+pub struct McpArgs {
+    /// The user tools act for when a call names none.
+    #[arg(long, short = 'u', env = "ENGRAM_USER")]
+    pub user: Option<String>,
+}
+
+/// Serves MCP on stdio until the client disconnects.
+pub fn run(ctx: &Context, args: McpArgs) -> Result<Status> {
+    init_logging();
+    let settings = server_settings(ctx)?;
+    let stores = open_stores(ctx)?;
+    let service = stores.service(engram_server::service::default_concurrency());
+    let user = args.user.or(settings.user);
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .context("cannot start the async runtime")?;
+    runtime
+        .block_on(engram_server::mcp::serve_stdio(service, user))
+        .map_err(|e| anyhow!(e))?;
+    Ok(Status::Success)
+}
+
+/// Connects the MCP servers listed under `[mcp.servers]` in config.toml and adds their tools to
+/// the agent's registry as `mcp_<server>_<tool>`. A server that cannot be reached (or a tool
+/// that cannot be registered) is reported on standard error and left out; the agent works on.
+pub fn add_mcp_tools(
+    config: &crate::config::Config,
+    registry: &mut engram_agent::tools::ToolRegistry,
+) -> Result<()> {
+    let settings: engram_server::config::McpSettings = config.section("mcp")?;
+    settings
+        .validate()
+        .map_err(|e| crate::exit::usage(format!("{}: {e}", config.path.display())))?;
+    if settings.servers.is_empty() {
+        return Ok(());
+    }
+    let clients = engram_server::mcp_client::McpClients::connect(&settings);
+    for warning in &clients.warnings {
+        eprintln!("warning: {warning}");
+    }
+    for tool in clients.tools {
+        let name = tool.name().to_string();
+        if let Err(e) = registry.register_arc(tool) {
+            eprintln!("warning: the MCP tool {name} is left out: {e}");
+        }
+    }
+    Ok(())
+}

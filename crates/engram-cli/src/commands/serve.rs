@@ -1,0 +1,114 @@
+//! `engram serve`: the REST API and the MCP server (streamable HTTP at /mcp) on one port.
+
+use std::io::IsTerminal;
+use std::sync::Arc;
+
+use anyhow::{Context as _, Result};
+use clap::Args;
+use engram_core::MemoryStore;
+use engram_server::config::{DEFAULT_LISTEN, ServerSettings, parse_listen};
+use engram_server::{ServeOptions, Server, Stores, shutdown_signal};
+use engram_store::graph::GraphStore;
+use engram_store::tokens::TokenStore;
+
+use super::{Context, retrieval};
+use crate::config::Config;
+use crate::exit::{Status, usage};
+
+/// `engram serve`.
+#[derive(Debug, Args)]
+#[command(after_help = "\
+Serves the REST API under /v1 (described at /openapi.json), /health, and the MCP server at /mcp.
+Listens on 127.0.0.1:8420 unless --listen or [server] listen in config.toml says otherwise.
+
+Authentication: with no token at all (see `engram token`), requests from this machine need none.
+Once a token exists, every request needs `Authorization: Bearer <token>`, and may touch only the
+users the token is bound to. Listening on an address other machines can reach is refused until
+a token exists. Stop with Ctrl-C or SIGTERM: requests in flight are finished first.
+
+Logs go to standard error; set ENGRAM_LOG (e.g. ENGRAM_LOG=debug) for one line per request.")]
+pub struct ServeArgs {
+    /// Where to listen, as ADDR:PORT (e.g. 127.0.0.1:8420, [::1]:9000, 0.0.0.0:8420).
+    #[arg(long, value_name = "ADDR:PORT")]
+    pub listen: Option<String>,
+    /// The user MCP tools act for when a client names none and its token is not bound to one.
+    #[arg(long, short = 'u', env = "ENGRAM_USER")]
+    pub user: Option<String>,
+}
+
+/// `[server]` from config.toml, checked.
+pub fn server_settings(ctx: &Context) -> Result<ServerSettings> {
+    let config = Config::load(ctx.home.dir())?;
+    for warning in &config.warnings {
+        eprintln!("warning: {warning}");
+    }
+    let settings: ServerSettings = config.section("server")?;
+    settings
+        .validate()
+        .map_err(|e| usage(format!("{}: {e}", config.path.display())))?;
+    Ok(settings)
+}
+
+/// The stores of ENGRAM_HOME, searched the way `engram search` searches (with the configured
+/// embedder and ranking profile).
+pub fn open_stores(ctx: &Context) -> Result<Stores> {
+    let store = Arc::new(ctx.home.open_store()?);
+    let path = ctx.home.database_path();
+    let memories: Arc<dyn MemoryStore> = store;
+    let searcher = retrieval::searcher(ctx, memories.clone(), None)?;
+    Ok(Stores {
+        memories,
+        searcher,
+        tokens: Arc::new(TokenStore::open(&path)?),
+        graph: Arc::new(GraphStore::open(&path)?),
+    })
+}
+
+/// Structured logs on standard error, filtered by ENGRAM_LOG (default: info).
+pub fn init_logging() {
+    let filter = tracing_subscriber::EnvFilter::try_from_env("ENGRAM_LOG")
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info,rmcp=warn"));
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .with_ansi(std::io::stderr().is_terminal())
+        .with_target(false)
+        .try_init();
+}
+
+/// Runs `engram serve` until Ctrl-C or SIGTERM.
+pub fn run(ctx: &Context, args: ServeArgs) -> Result<Status> {
+    init_logging();
+    let settings = server_settings(ctx)?;
+    let listen = args
+        .listen
+        .clone()
+        .or_else(|| settings.listen.clone())
+        .unwrap_or_else(|| DEFAULT_LISTEN.to_string());
+    let listen = parse_listen(&listen).map_err(|e| usage(format!("--listen: {e}")))?;
+    let stores = open_stores(ctx)?;
+    let mut options = ServeOptions::new(listen, settings);
+    if args.user.is_some() {
+        options.default_user = args.user;
+    }
+    // One worker per core: the handlers are light, the store work runs on the blocking pool.
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .context("cannot start the async runtime")?;
+    runtime.block_on(async move {
+        let server = Server::bind(&stores, options).await.map_err(|e| match e {
+            engram_server::ServeError::NoTokens(_) => usage(e.to_string()),
+            other => anyhow::Error::new(other),
+        })?;
+        let addr = server.local_addr()?;
+        tracing::info!(%addr, "engram serve: REST API at /v1, MCP at /mcp, OpenAPI at /openapi.json");
+        eprintln!("engram is listening on http://{addr} (Ctrl-C to stop)");
+        server
+            .run(shutdown_signal())
+            .await
+            .context("the server stopped with an error")
+    })?;
+    eprintln!("engram serve stopped");
+    Ok(Status::Success)
+}

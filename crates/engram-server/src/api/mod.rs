@@ -1,0 +1,194 @@
+//! The REST API: routes, authentication, logging and the JSON error shape around them.
+//!
+//! | route | what it does |
+//! |---|---|
+//! | `GET /health` | liveness and database check (no token needed) |
+//! | `GET /openapi.json` | the OpenAPI 3.1 description of this API (no token needed) |
+//! | `POST /v1/memories` | add one memory, or messages (`infer: false` stores them verbatim) |
+//! | `GET /v1/memories` | list one user's memories, newest first, a page at a time |
+//! | `POST /v1/memories/batch` | add many memories in one transaction |
+//! | `POST /v1/memories/search` | ranked search in one user's memories |
+//! | `GET /v1/memories/{id}` | one memory |
+//! | `PATCH /v1/memories/{id}` | change text, category, importance, metadata or expiry |
+//! | `DELETE /v1/memories/{id}` | delete (the history keeps a record) |
+//! | `POST /v1/memories/{id}/invalidate` | close: kept, audited, hidden from search |
+//! | `GET /v1/memories/{id}/history` | the audit trail |
+//! | `GET /v1/export` | one user's memories as JSONL, streamed |
+//! | `GET /v1/sessions` | the sessions one user's memories belong to |
+//! | `GET /v1/sessions/{session_id}` | one session's memories |
+//! | `/mcp` | the MCP server over streamable HTTP (same tokens) |
+
+mod memories;
+mod sessions;
+
+pub(crate) use memories::{hits_json, parse_id, parse_time};
+
+use std::sync::Arc;
+use std::time::Instant;
+
+use axum::Router;
+use axum::extract::{DefaultBodyLimit, MatchedPath, Request, State};
+use axum::http::{HeaderValue, header};
+use axum::middleware::{self, Next};
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post};
+use serde_json::json;
+
+use crate::auth::Authenticator;
+use crate::error::{ApiError, ErrorCode};
+use crate::service::MemoryService;
+
+/// Everything a request handler needs.
+#[derive(Clone)]
+pub struct AppState {
+    /// The memory operations.
+    pub service: MemoryService,
+    /// Who may do what.
+    pub auth: Arc<Authenticator>,
+}
+
+impl std::fmt::Debug for AppState {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("AppState").finish_non_exhaustive()
+    }
+}
+
+/// Request body limits, in bytes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct BodyLimits {
+    /// Every route but batch adds.
+    pub default: usize,
+    /// `POST /v1/memories/batch`.
+    pub batch: usize,
+}
+
+/// The whole HTTP application: the REST API, and `mcp` (a router serving `/mcp`) behind the
+/// same authentication when given.
+pub fn router(state: AppState, limits: BodyLimits, mcp: Option<Router<AppState>>) -> Router {
+    let v1 = Router::new()
+        .route("/v1/memories", post(memories::add).get(memories::list))
+        .route(
+            "/v1/memories/batch",
+            post(memories::batch).layer(DefaultBodyLimit::max(limits.batch)),
+        )
+        .route("/v1/memories/search", post(memories::search))
+        .route(
+            "/v1/memories/{id}",
+            get(memories::get_one)
+                .patch(memories::update)
+                .delete(memories::delete),
+        )
+        .route("/v1/memories/{id}/invalidate", post(memories::invalidate))
+        .route("/v1/memories/{id}/history", get(memories::history))
+        .route("/v1/export", get(memories::export))
+        .route("/v1/sessions", get(sessions::list))
+        .route("/v1/sessions/{session_id}", get(sessions::get_one));
+    let mut protected = v1;
+    if let Some(mcp) = mcp {
+        protected = protected.merge(mcp);
+    }
+    let protected =
+        protected.route_layer(middleware::from_fn_with_state(state.clone(), authenticate));
+    Router::new()
+        .route("/health", get(health))
+        .route("/openapi.json", get(openapi))
+        .merge(protected)
+        .fallback(route_not_found)
+        .method_not_allowed_fallback(method_not_allowed)
+        .layer(DefaultBodyLimit::max(limits.default))
+        .layer(middleware::from_fn(log_request))
+        .with_state(state)
+}
+
+/// Resolves the caller's [`Access`] and hands it to the handler as a request extension.
+async fn authenticate(
+    State(state): State<AppState>,
+    mut request: Request,
+    next: Next,
+) -> Result<Response, ApiError> {
+    let access = match state.auth.check_fast(request.headers()) {
+        Some(decided) => decided?,
+        None => {
+            let headers = request.headers().clone();
+            let auth = state.auth.clone();
+            state.service.run(move |_| auth.check(&headers)).await?
+        }
+    };
+    request.extensions_mut().insert(access);
+    Ok(next.run(request).await)
+}
+
+/// One structured log line per request: method, route, status, time taken.
+async fn log_request(request: Request, next: Next) -> Response {
+    let started = Instant::now();
+    let method = request.method().clone();
+    let route = request
+        .extensions()
+        .get::<MatchedPath>()
+        .map(|p| p.as_str().to_string())
+        .unwrap_or_else(|| request.uri().path().to_string());
+    let response = next.run(request).await;
+    let status = response.status().as_u16();
+    let micros = started.elapsed().as_micros() as u64;
+    if status >= 500 {
+        tracing::warn!(%method, route, status, micros, "request");
+    } else {
+        tracing::debug!(%method, route, status, micros, "request");
+    }
+    response
+}
+
+async fn health(State(state): State<AppState>) -> Response {
+    let auth = state.auth.clone();
+    match state.service.run(move |_| auth.tokens_configured()).await {
+        Ok(_) => axum::Json(json!({
+            "status": "ok",
+            "version": env!("CARGO_PKG_VERSION"),
+        }))
+        .into_response(),
+        Err(e) => {
+            let mut response = ApiError::new(
+                ErrorCode::Busy,
+                format!("the database cannot be read: {}", e.message),
+            )
+            .into_response();
+            response
+                .headers_mut()
+                .insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
+            response
+        }
+    }
+}
+
+async fn openapi() -> Response {
+    (
+        [(
+            header::CONTENT_TYPE,
+            HeaderValue::from_static("application/json"),
+        )],
+        crate::openapi::document_text(),
+    )
+        .into_response()
+}
+
+async fn route_not_found(request: Request) -> ApiError {
+    ApiError::new(
+        ErrorCode::RouteNotFound,
+        format!(
+            "no route {} {} (see /openapi.json)",
+            request.method(),
+            request.uri().path()
+        ),
+    )
+}
+
+async fn method_not_allowed(request: Request) -> ApiError {
+    ApiError::new(
+        ErrorCode::MethodNotAllowed,
+        format!(
+            "{} is not allowed on {} (see /openapi.json)",
+            request.method(),
+            request.uri().path()
+        ),
+    )
+}

@@ -1,0 +1,438 @@
+//! The OpenAPI 3.1 description served at `/openapi.json`, written by hand and checked against
+//! the routes by the tests (every path and method here is served, and every error code is
+//! listed).
+
+use std::sync::OnceLock;
+
+use serde_json::{Value, json};
+
+use crate::error::ErrorCode;
+
+/// The document, serialised once.
+pub fn document_text() -> &'static str {
+    static TEXT: OnceLock<String> = OnceLock::new();
+    TEXT.get_or_init(|| serde_json::to_string_pretty(&document()).unwrap_or_else(|_| "{}".into()))
+}
+
+fn error_responses(codes: &[u16]) -> Value {
+    let mut responses = serde_json::Map::new();
+    for code in codes {
+        let description = match code {
+            400 => "Invalid JSON (`invalid_json`) or request (`invalid_request`).",
+            401 => "No token, or a wrong or revoked one (`unauthorized`).",
+            403 => "The token may not touch this user (`forbidden`).",
+            404 => "No such memory or session, or one the token may not see (`not_found`).",
+            409 => "Duplicate text (`duplicate`) or already invalidated (`already_invalidated`).",
+            413 => "The body is too large (`payload_too_large`).",
+            415 => "The body is not application/json (`unsupported_media_type`).",
+            501 => "Extraction (`infer: true`) is not available yet (`not_implemented`).",
+            503 => "The database stayed locked (`busy`); retry.",
+            _ => "An error.",
+        };
+        responses.insert(
+            code.to_string(),
+            json!({"description": description, "content": {"application/json": {"schema": {"$ref": "#/components/schemas/Error"}}}}),
+        );
+    }
+    Value::Object(responses)
+}
+
+fn with_errors(mut ok: Value, codes: &[u16]) -> Value {
+    if let (Some(map), Value::Object(errors)) = (ok.as_object_mut(), error_responses(codes)) {
+        map.extend(errors);
+    }
+    ok
+}
+
+fn json_body(schema: &str) -> Value {
+    json!({"required": true, "content": {"application/json": {"schema": {"$ref": format!("#/components/schemas/{schema}")}}}})
+}
+
+fn json_ok(description: &str, schema: &str) -> Value {
+    json!({"description": description, "content": {"application/json": {"schema": {"$ref": format!("#/components/schemas/{schema}")}}}})
+}
+
+fn query(name: &str, description: &str, required: bool, schema: Value) -> Value {
+    json!({"name": name, "in": "query", "required": required, "description": description, "schema": schema})
+}
+
+fn filter_parameters() -> Vec<Value> {
+    vec![
+        query(
+            "user_id",
+            "Whose memories (required).",
+            true,
+            json!({"type": "string"}),
+        ),
+        query(
+            "agent_id",
+            "Only this agent's memories.",
+            false,
+            json!({"type": "string"}),
+        ),
+        query(
+            "session_id",
+            "Only this session's memories.",
+            false,
+            json!({"type": "string"}),
+        ),
+        query(
+            "kind",
+            "Only these kinds (repeat or comma-separate).",
+            false,
+            json!({"type": "string"}),
+        ),
+        query(
+            "category",
+            "Only these categories (repeat or comma-separate).",
+            false,
+            json!({"type": "string"}),
+        ),
+        query(
+            "since",
+            "Created at or after (RFC 3339, a date, or an age such as 7d).",
+            false,
+            json!({"type": "string"}),
+        ),
+        query("until", "Created before.", false, json!({"type": "string"})),
+        query(
+            "min_importance",
+            "At least this important (1-5).",
+            false,
+            json!({"type": "integer", "minimum": 1, "maximum": 5}),
+        ),
+        query(
+            "where",
+            "Metadata condition key=value (repeatable; all must hold).",
+            false,
+            json!({"type": "string"}),
+        ),
+        query(
+            "include_closed",
+            "Include invalidated and expired memories.",
+            false,
+            json!({"type": "boolean"}),
+        ),
+    ]
+}
+
+fn page_parameters() -> Vec<Value> {
+    vec![
+        query(
+            "limit",
+            "Memories per page (1-1000, default 20).",
+            false,
+            json!({"type": "integer", "minimum": 1, "maximum": 1000}),
+        ),
+        query(
+            "offset",
+            "Memories to skip.",
+            false,
+            json!({"type": "integer", "minimum": 0}),
+        ),
+        query(
+            "cursor",
+            "Where the previous page ended (`next_cursor`); instead of offset.",
+            false,
+            json!({"type": "string"}),
+        ),
+    ]
+}
+
+fn id_parameter() -> Value {
+    json!({"name": "id", "in": "path", "required": true, "description": "The memory's id (a UUID).", "schema": {"type": "string", "format": "uuid"}})
+}
+
+fn error_code_description() -> String {
+    let mut text = String::from("Stable error codes:\n");
+    for code in ErrorCode::ALL {
+        text.push_str(&format!(
+            "\n- `{}` ({}): {}",
+            code.as_str(),
+            code.status().as_u16(),
+            code.meaning()
+        ));
+    }
+    text
+}
+
+/// The document.
+pub fn document() -> Value {
+    let codes: Vec<&str> = ErrorCode::ALL.iter().map(|c| c.as_str()).collect();
+    let mut list_params = filter_parameters();
+    list_params.extend(page_parameters());
+    let mut session_params = vec![
+        json!({"name": "session_id", "in": "path", "required": true, "schema": {"type": "string"}}),
+        query(
+            "user_id",
+            "Whose session (required).",
+            true,
+            json!({"type": "string"}),
+        ),
+        query(
+            "include_closed",
+            "Include invalidated and expired memories.",
+            false,
+            json!({"type": "boolean"}),
+        ),
+    ];
+    session_params.extend(page_parameters());
+    let memory_fields = json!({
+        "user_id": {"type": "string", "description": "Whose memory (required)."},
+        "agent_id": {"type": "string"},
+        "session_id": {"type": "string"},
+        "kind": {"$ref": "#/components/schemas/Kind"},
+        "category": {"type": "string", "description": "Free text such as user_info, decision."},
+        "importance": {"type": "integer", "minimum": 1, "maximum": 5, "default": 3},
+        "metadata": {"type": "object", "description": "Stored exactly as given."},
+        "created_at": {"type": "string", "description": "When it happened (RFC 3339, a date, or an age); default now."},
+        "expires_at": {"type": "string", "description": "Forget it on its own at this time."}
+    });
+    let mut new_memory = memory_fields.clone();
+    if let Some(map) = new_memory.as_object_mut() {
+        map.insert(
+            "text".into(),
+            json!({"type": "string", "description": "What to remember (at most 64 KiB)."}),
+        );
+    }
+    let mut add_request = memory_fields;
+    if let Some(map) = add_request.as_object_mut() {
+        map.insert(
+            "text".into(),
+            json!({"type": "string", "description": "One memory. Give text or messages."}),
+        );
+        map.insert("messages".into(), json!({
+            "type": "array",
+            "description": "A conversation. With infer: false each message is stored verbatim as a memory (kind episode unless given, metadata.role set).",
+            "items": {"type": "object", "additionalProperties": false, "required": ["role", "content"], "properties": {
+                "role": {"type": "string", "enum": ["user", "assistant", "system", "tool"]},
+                "content": {"type": "string"}
+            }}
+        }));
+        map.insert("infer".into(), json!({"type": "boolean", "default": true, "description": "Extract memories from messages with a model. Not available yet: true answers 501 not_implemented; send false."}));
+    }
+
+    json!({
+        "openapi": "3.1.0",
+        "info": {
+            "title": "engram",
+            "version": env!("CARGO_PKG_VERSION"),
+            "description": format!(
+                "Long-term memory for LLM agents. Every memory belongs to one user; a token may touch only the users it is bound to, and a memory of another user is answered exactly as a missing one (404 not_found). Errors read {{\"error\": {{\"code\", \"message\"}}}}.\n\n{}\n\nThe MCP server is served at /mcp (streamable HTTP) behind the same tokens.",
+                error_code_description()
+            )
+        },
+        "servers": [{"url": "http://127.0.0.1:8420"}],
+        "security": [{"bearer": []}],
+        "paths": paths(list_params, session_params),
+        "components": {
+            "securitySchemes": {"bearer": {"type": "http", "scheme": "bearer", "description": "A token from `engram token create` or `[server] tokens` in config.toml. Not needed while no token exists and the server listens on loopback."}},
+            "schemas": schemas(codes, new_memory, add_request)
+        }
+    })
+}
+
+fn paths(list_params: Vec<Value>, session_params: Vec<Value>) -> Value {
+    let mut paths = serde_json::Map::new();
+    paths.insert(
+        "/health".into(),
+        json!({"get": {
+            "summary": "Liveness and database check.", "operationId": "health", "security": [],
+            "responses": with_errors(json!({"200": json_ok("Healthy.", "Health")}), &[503])
+        }}),
+    );
+    paths.insert("/openapi.json".into(), json!({"get": {
+                "summary": "This document.", "operationId": "openapi", "security": [],
+                "responses": {"200": {"description": "The OpenAPI document.", "content": {"application/json": {"schema": {"type": "object"}}}}}
+            }}));
+    paths.insert("/v1/memories".into(), json!({
+                "post": {
+                    "summary": "Add one memory (text) or a conversation (messages).",
+                    "operationId": "addMemory",
+                    "requestBody": json_body("AddRequest"),
+                    "responses": with_errors(json!({
+                        "201": json_ok("Added.", "AddResult"),
+                        "200": json_ok("Already stored (duplicate), or messages of which none were new.", "AddResult")
+                    }), &[400, 401, 403, 413, 415, 501, 503])
+                },
+                "get": {
+                    "summary": "List one user's memories, newest first, a page at a time.",
+                    "operationId": "listMemories",
+                    "parameters": list_params,
+                    "responses": with_errors(json!({"200": json_ok("A page.", "MemoryPage")}), &[400, 401, 403, 503])
+                }
+            }));
+    paths.insert("/v1/memories/batch".into(), json!({"post": {
+                "summary": "Add many memories in one transaction; each item gets its own outcome.",
+                "operationId": "addMemories",
+                "requestBody": json_body("BatchRequest"),
+                "responses": with_errors(json!({"200": json_ok("Outcomes, in order.", "BatchResult")}), &[400, 401, 403, 413, 415, 503])
+            }}));
+    paths.insert("/v1/memories/search".into(), json!({"post": {
+                "summary": "Ranked search in one user's memories (the filters of `engram search`).",
+                "operationId": "searchMemories",
+                "requestBody": json_body("SearchRequest"),
+                "responses": with_errors(json!({"200": json_ok("Hits, best first.", "SearchResult")}), &[400, 401, 403, 413, 415, 503])
+            }}));
+    paths.insert("/v1/memories/{id}".into(), json!({
+                "parameters": [id_parameter()],
+                "get": {
+                    "summary": "One memory.", "operationId": "getMemory",
+                    "responses": with_errors(json!({"200": json_ok("The memory.", "Memory")}), &[400, 401, 404, 503])
+                },
+                "patch": {
+                    "summary": "Change a memory; the old text stays in its history.", "operationId": "updateMemory",
+                    "requestBody": json_body("UpdateRequest"),
+                    "responses": with_errors(json!({"200": json_ok("The changed memory.", "Memory")}), &[400, 401, 404, 409, 413, 415, 503])
+                },
+                "delete": {
+                    "summary": "Delete a memory (its history records the deletion).", "operationId": "deleteMemory",
+                    "responses": with_errors(json!({"200": json_ok("Deleted.", "Deleted")}), &[400, 401, 404, 503])
+                }
+            }));
+    paths.insert("/v1/memories/{id}/invalidate".into(), json!({"post": {
+                "parameters": [id_parameter()],
+                "summary": "Close a memory: kept and audited, hidden from search.", "operationId": "invalidateMemory",
+                "responses": with_errors(json!({"200": json_ok("The closed memory.", "Memory")}), &[400, 401, 404, 409, 503])
+            }}));
+    paths.insert("/v1/memories/{id}/history".into(), json!({"get": {
+                "parameters": [id_parameter()],
+                "summary": "A memory's audit trail, oldest first (deleted memories too).", "operationId": "memoryHistory",
+                "responses": with_errors(json!({"200": json_ok("The events.", "History")}), &[400, 401, 404, 503])
+            }}));
+    paths.insert("/v1/export".into(), json!({"get": {
+                "summary": "Every memory of a user as JSONL (the format `engram import` reads), streamed.",
+                "operationId": "exportMemories",
+                "parameters": [query("user_id", "Whose memories (required).", true, json!({"type": "string"}))],
+                "responses": with_errors(json!({"200": {"description": "One Memory per line.", "content": {"application/x-ndjson": {"schema": {"$ref": "#/components/schemas/Memory"}}}}}), &[400, 401, 403, 503])
+            }}));
+    paths.insert("/v1/sessions".into(), json!({"get": {
+                "summary": "The sessions a user's memories belong to, most recent first. (Until the session store exists, a session is the memories that carry its session_id.)",
+                "operationId": "listSessions",
+                "parameters": [query("user_id", "Whose sessions (required).", true, json!({"type": "string"}))],
+                "responses": with_errors(json!({"200": json_ok("The sessions.", "SessionList")}), &[400, 401, 403, 503])
+            }}));
+    paths.insert("/v1/sessions/{session_id}".into(), json!({"get": {
+                "summary": "One session's memories, newest first, a page at a time.",
+                "operationId": "getSession",
+                "parameters": session_params,
+                "responses": with_errors(json!({"200": json_ok("A page of the session's memories.", "MemoryPage")}), &[400, 401, 403, 404, 503])
+            }}));
+    Value::Object(paths)
+}
+
+fn schemas(codes: Vec<&str>, new_memory: Value, add_request: Value) -> Value {
+    let mut schemas = serde_json::Map::new();
+    schemas.insert("Error".into(), json!({"type": "object", "required": ["error"], "properties": {"error": {"type": "object", "required": ["code", "message"], "properties": {
+                    "code": {"type": "string", "enum": codes},
+                    "message": {"type": "string"}
+                }}}}));
+    schemas.insert(
+        "Kind".into(),
+        json!({"type": "string", "enum": ["episode", "fact", "preference", "note", "summary"]}),
+    );
+    schemas.insert("Memory".into(), json!({"type": "object", "required": ["id", "user_id", "kind", "text", "importance", "metadata", "created_at", "updated_at", "valid_from", "source", "content_hash"], "properties": {
+                    "id": {"type": "string", "format": "uuid"},
+                    "user_id": {"type": "string"}, "agent_id": {"type": "string"}, "session_id": {"type": "string"},
+                    "kind": {"$ref": "#/components/schemas/Kind"},
+                    "text": {"type": "string"}, "category": {"type": "string"},
+                    "importance": {"type": "integer", "minimum": 1, "maximum": 5},
+                    "metadata": {"type": "object"},
+                    "created_at": {"type": "string", "format": "date-time"},
+                    "updated_at": {"type": "string", "format": "date-time"},
+                    "valid_from": {"type": "string", "format": "date-time"},
+                    "valid_to": {"type": "string", "format": "date-time", "description": "Set once invalidated."},
+                    "expires_at": {"type": "string", "format": "date-time"},
+                    "source": {"type": "string"}, "content_hash": {"type": "string"}
+                }}));
+    schemas.insert("NewMemory".into(), json!({"type": "object", "additionalProperties": false, "required": ["user_id", "text"], "properties": new_memory}));
+    schemas.insert("AddRequest".into(), json!({"type": "object", "additionalProperties": false, "required": ["user_id"], "properties": add_request}));
+    schemas.insert("Outcome".into(), json!({"type": "object", "required": ["status"], "properties": {
+                    "status": {"type": "string", "enum": ["added", "duplicate", "rejected"]},
+                    "id": {"type": "string", "format": "uuid"},
+                    "memory": {"$ref": "#/components/schemas/Memory"},
+                    "error": {"type": "object", "properties": {"code": {"type": "string"}, "message": {"type": "string"}}}
+                }}));
+    schemas.insert("AddResult".into(), json!({"oneOf": [
+                    {"$ref": "#/components/schemas/Outcome"},
+                    {"type": "object", "required": ["results"], "properties": {"results": {"type": "array", "items": {"$ref": "#/components/schemas/Outcome"}}}}
+                ]}));
+    schemas.insert("BatchRequest".into(), json!({"type": "object", "additionalProperties": false, "required": ["memories"], "properties": {
+                    "memories": {"type": "array", "maxItems": 10000, "items": {"$ref": "#/components/schemas/NewMemory"}}
+                }}));
+    schemas.insert("BatchResult".into(), json!({"type": "object", "required": ["added", "duplicates", "rejected", "results"], "properties": {
+                    "added": {"type": "integer"}, "duplicates": {"type": "integer"}, "rejected": {"type": "integer"},
+                    "results": {"type": "array", "items": {"$ref": "#/components/schemas/Outcome"}}
+                }}));
+    schemas.insert("SearchRequest".into(), json!({"type": "object", "additionalProperties": false, "required": ["user_id", "query"], "properties": {
+                    "user_id": {"type": "string"}, "query": {"type": "string"},
+                    "limit": {"type": "integer", "minimum": 1, "maximum": 1000, "default": 10},
+                    "agent_id": {"type": "string"}, "session_id": {"type": "string"},
+                    "kinds": {"type": "array", "items": {"$ref": "#/components/schemas/Kind"}},
+                    "categories": {"type": "array", "items": {"type": "string"}},
+                    "since": {"type": "string"}, "until": {"type": "string"},
+                    "min_importance": {"type": "integer", "minimum": 1, "maximum": 5},
+                    "where": {"type": "object", "description": "Metadata equalities: {\"key\": \"value\"} (strings, numbers, booleans)."},
+                    "include_closed": {"type": "boolean", "default": false},
+                    "explain": {"type": "boolean", "default": false, "description": "Add how each score came about."}
+                }}));
+    schemas.insert("Hit".into(), json!({"allOf": [{"$ref": "#/components/schemas/Memory"}, {"type": "object", "required": ["score"], "properties": {
+                    "score": {"type": "number"},
+                    "explain": {"type": "object", "properties": {"bm25": {"type": "number"}, "lexical_rank": {"type": "integer"}}}
+                }}]}));
+    schemas.insert("SearchResult".into(), json!({"type": "object", "required": ["results"], "properties": {"results": {"type": "array", "items": {"$ref": "#/components/schemas/Hit"}}}}));
+    schemas.insert("MemoryPage".into(), json!({"type": "object", "required": ["memories", "limit", "offset"], "properties": {
+                    "memories": {"type": "array", "items": {"$ref": "#/components/schemas/Memory"}},
+                    "limit": {"type": "integer"}, "offset": {"type": "integer"},
+                    "next_cursor": {"type": ["string", "null"]},
+                    "next": {"type": ["string", "null"], "description": "The URL of the next page; null on the last page."}
+                }}));
+    schemas.insert(
+        "UpdateRequest".into(),
+        json!({"type": "object", "additionalProperties": false, "properties": {
+            "text": {"type": "string"},
+            "category": {"type": ["string", "null"], "description": "null clears it."},
+            "importance": {"type": "integer", "minimum": 1, "maximum": 5},
+            "metadata": {"type": "object", "description": "Replaces the metadata."},
+            "expires_at": {"type": ["string", "null"], "description": "null clears it."}
+        }}),
+    );
+    schemas.insert("Deleted".into(), json!({"type": "object", "required": ["status", "id"], "properties": {"status": {"const": "deleted"}, "id": {"type": "string", "format": "uuid"}}}));
+    schemas.insert("History".into(), json!({"type": "object", "required": ["events"], "properties": {"events": {"type": "array", "items": {"type": "object", "properties": {
+                    "memory_id": {"type": "string"},
+                    "event": {"type": "string", "enum": ["add", "update", "invalidate", "delete"]},
+                    "old_text": {"type": ["string", "null"]}, "new_text": {"type": ["string", "null"]},
+                    "actor": {"type": "string"}, "at": {"type": "string", "format": "date-time"}
+                }}}}}));
+    schemas.insert("SessionList".into(), json!({"type": "object", "required": ["sessions"], "properties": {"sessions": {"type": "array", "items": {"type": "object", "properties": {
+                    "session_id": {"type": "string"}, "user_id": {"type": "string"}, "memories": {"type": "integer"},
+                    "first_at": {"type": "string", "format": "date-time"}, "last_at": {"type": "string", "format": "date-time"}
+                }}}}}));
+    schemas.insert("Health".into(), json!({"type": "object", "required": ["status", "version"], "properties": {"status": {"const": "ok"}, "version": {"type": "string"}}}));
+    Value::Object(schemas)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_reference_resolves() {
+        let doc = document();
+        let text = serde_json::to_string(&doc).unwrap();
+        let schemas = doc["components"]["schemas"].as_object().unwrap();
+        for piece in text.split("\"$ref\":\"#/components/schemas/").skip(1) {
+            let name = piece.split('"').next().unwrap();
+            assert!(schemas.contains_key(name), "missing schema {name}");
+        }
+        assert_eq!(doc["openapi"], "3.1.0");
+    }
+
+    #[test]
+    fn every_error_code_is_documented() {
+        let text = document_text();
+        for code in ErrorCode::ALL {
+            assert!(text.contains(code.as_str()), "{}", code.as_str());
+        }
+    }
+}

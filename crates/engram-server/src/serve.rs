@@ -1,0 +1,261 @@
+//! Putting it together: open the stores, check where we may listen, serve until told to stop.
+
+use std::future::Future;
+use std::net::SocketAddr;
+use std::path::Path;
+use std::sync::Arc;
+use std::time::Duration;
+
+use axum::Router;
+use engram_core::MemoryStore;
+use engram_memory::Searcher;
+use engram_store::graph::GraphStore;
+use engram_store::tokens::TokenStore;
+use engram_store::{SqliteStore, StoreOptions};
+use tokio::net::TcpListener;
+use tokio_util::sync::CancellationToken;
+
+use crate::api::{AppState, BodyLimits, router};
+use crate::auth::Authenticator;
+use crate::config::ServerSettings;
+use crate::knowledge::KnowledgeBase;
+use crate::mcp::{HttpOptions, http_router};
+use crate::service::{MemoryService, default_concurrency};
+
+/// How long in-flight requests may take to finish after a shutdown signal.
+pub const SHUTDOWN_GRACE: Duration = Duration::from_secs(30);
+
+/// Why the server cannot start or stopped.
+#[derive(Debug, thiserror::Error)]
+pub enum ServeError {
+    /// The address is reachable from other machines and there is no token to guard it.
+    #[error(
+        "refusing to listen on {0}: it is reachable from other machines and no token is configured; create one with `engram token create --user NAME` (or list one under [server] tokens in config.toml), or listen on 127.0.0.1"
+    )]
+    NoTokens(SocketAddr),
+    /// The address cannot be bound.
+    #[error("cannot listen on {addr}: {source}")]
+    Bind {
+        /// The address.
+        addr: SocketAddr,
+        /// What the system said.
+        source: std::io::Error,
+    },
+    /// A store could not be opened.
+    #[error("{0}")]
+    Store(String),
+    /// Serving failed.
+    #[error("the server failed: {0}")]
+    Io(#[from] std::io::Error),
+}
+
+/// The stores a server works on, all on one database file.
+#[derive(Clone)]
+pub struct Stores {
+    /// The memories.
+    pub memories: Arc<dyn MemoryStore>,
+    /// How to search them (the CLI builds it, lexical or hybrid).
+    pub searcher: Searcher,
+    /// The API tokens.
+    pub tokens: Arc<TokenStore>,
+    /// The knowledge graphs.
+    pub graph: Arc<GraphStore>,
+}
+
+impl std::fmt::Debug for Stores {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Stores").finish_non_exhaustive()
+    }
+}
+
+impl Stores {
+    /// Opens every store of the database at `path`, searching with the plain (lexical)
+    /// searcher. Callers that configure hybrid search build [`Stores`] themselves.
+    pub fn open(path: &Path) -> Result<Self, ServeError> {
+        let store = Arc::new(
+            SqliteStore::open_with(path, StoreOptions::default())
+                .map_err(|e| ServeError::Store(e.to_string()))?,
+        );
+        let tokens =
+            Arc::new(TokenStore::open(path).map_err(|e| ServeError::Store(e.to_string()))?);
+        let graph = Arc::new(GraphStore::open(path).map_err(|e| ServeError::Store(e.to_string()))?);
+        Ok(Self {
+            searcher: Searcher::new(store.clone()),
+            memories: store,
+            tokens,
+            graph,
+        })
+    }
+
+    /// The memory service over these stores.
+    pub fn service(&self, concurrency: usize) -> MemoryService {
+        let knowledge = KnowledgeBase::new(
+            self.graph.clone(),
+            self.memories.clone(),
+            self.searcher.clone(),
+        );
+        MemoryService::new(
+            self.memories.clone(),
+            self.searcher.clone(),
+            self.tokens.clone(),
+            knowledge,
+            concurrency,
+        )
+    }
+}
+
+/// What `engram serve` is asked to do.
+#[derive(Debug, Clone)]
+pub struct ServeOptions {
+    /// Where to listen.
+    pub listen: SocketAddr,
+    /// `[server]` from config.toml.
+    pub settings: ServerSettings,
+    /// The user MCP tools act for when nothing else names one.
+    pub default_user: Option<String>,
+    /// Store operations that may run at once.
+    pub concurrency: usize,
+}
+
+impl ServeOptions {
+    /// Options for `listen` with the settings' defaults.
+    pub fn new(listen: SocketAddr, settings: ServerSettings) -> Self {
+        Self {
+            default_user: settings.user.clone(),
+            listen,
+            settings,
+            concurrency: default_concurrency(),
+        }
+    }
+}
+
+/// A server ready to accept connections.
+#[derive(Debug)]
+pub struct Server {
+    listener: TcpListener,
+    app: Router,
+    shutdown: CancellationToken,
+}
+
+impl Server {
+    /// Binds the address and builds the application, refusing an address beyond this machine
+    /// when no token exists.
+    pub async fn bind(stores: &Stores, options: ServeOptions) -> Result<Self, ServeError> {
+        let loopback = options.listen.ip().is_loopback();
+        let auth = Arc::new(Authenticator::new(
+            stores.tokens.clone(),
+            options.settings.tokens.clone(),
+            loopback,
+        ));
+        if !loopback {
+            let auth = auth.clone();
+            let configured = tokio::task::spawn_blocking(move || auth.tokens_configured())
+                .await
+                .map_err(|e| ServeError::Store(e.to_string()))?
+                .map_err(|e| ServeError::Store(e.message))?;
+            if !configured {
+                return Err(ServeError::NoTokens(options.listen));
+            }
+        }
+        let service = stores.service(options.concurrency);
+        let shutdown = CancellationToken::new();
+        let mcp = http_router(
+            service.clone(),
+            HttpOptions {
+                default_user: options.default_user.clone(),
+                shutdown: shutdown.clone(),
+                max_body_bytes: options.settings.max_batch_body_bytes(),
+                loopback,
+            },
+        );
+        let app = router(
+            AppState { service, auth },
+            BodyLimits {
+                default: options.settings.max_body_bytes(),
+                batch: options.settings.max_batch_body_bytes(),
+            },
+            Some(mcp),
+        );
+        let listener =
+            TcpListener::bind(options.listen)
+                .await
+                .map_err(|source| ServeError::Bind {
+                    addr: options.listen,
+                    source,
+                })?;
+        Ok(Self {
+            listener,
+            app,
+            shutdown,
+        })
+    }
+
+    /// The address actually bound (useful with port 0).
+    pub fn local_addr(&self) -> Result<SocketAddr, ServeError> {
+        Ok(self.listener.local_addr()?)
+    }
+
+    /// Serves until `stop` completes, then lets in-flight requests finish (up to
+    /// [`SHUTDOWN_GRACE`]) and ends every MCP stream.
+    pub async fn run(
+        self,
+        stop: impl Future<Output = ()> + Send + 'static,
+    ) -> Result<(), ServeError> {
+        let shutdown = self.shutdown.clone();
+        let graceful = shutdown.clone();
+        let serving = axum::serve(self.listener, self.app).with_graceful_shutdown(async move {
+            stop.await;
+            tracing::info!("shutting down: finishing requests in flight");
+            // MCP streams stay open until told; without this they would hold shutdown forever.
+            graceful.cancel();
+        });
+        let serving = tokio::spawn(async move { serving.await });
+        tokio::pin!(serving);
+        tokio::select! {
+            result = &mut serving => return flatten(result),
+            _ = shutdown.cancelled() => {}
+        }
+        match tokio::time::timeout(SHUTDOWN_GRACE, &mut serving).await {
+            Ok(result) => flatten(result),
+            Err(_) => {
+                tracing::warn!(
+                    seconds = SHUTDOWN_GRACE.as_secs(),
+                    "requests still running after the grace period; stopping anyway"
+                );
+                Ok(())
+            }
+        }
+    }
+}
+
+fn flatten(result: Result<std::io::Result<()>, tokio::task::JoinError>) -> Result<(), ServeError> {
+    match result {
+        Ok(Ok(())) => Ok(()),
+        Ok(Err(e)) => Err(ServeError::Io(e)),
+        Err(e) => Err(ServeError::Io(std::io::Error::other(e.to_string()))),
+    }
+}
+
+/// Completes on Ctrl-C or SIGTERM.
+pub async fn shutdown_signal() {
+    let ctrl_c = async {
+        if tokio::signal::ctrl_c().await.is_err() {
+            std::future::pending::<()>().await;
+        }
+    };
+    #[cfg(unix)]
+    let terminate = async {
+        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+            Ok(mut signal) => {
+                signal.recv().await;
+            }
+            Err(_) => std::future::pending::<()>().await,
+        }
+    };
+    #[cfg(not(unix))]
+    let terminate = std::future::pending::<()>();
+    tokio::select! {
+        _ = ctrl_c => {}
+        _ = terminate => {}
+    }
+}

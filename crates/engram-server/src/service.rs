@@ -1,0 +1,307 @@
+//! What the REST API and the MCP tools both do: memory operations with access checks, run on
+//! the blocking pool so SQLite never stalls the async runtime.
+//!
+//! A memory another user owns is reported exactly as a memory that does not exist; only
+//! operations that name a user outright (add, search, list, export) answer 403 for users the
+//! caller may not touch.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use engram_core::store::MemoryPatch;
+use engram_core::{
+    AddOutcome, Filter, HistoryEvent, Memory, MemoryId, MemoryStore, NewMemory, StoreError,
+};
+use engram_memory::{SearchRequest, SearchResults, Searcher};
+use engram_store::tokens::TokenStore;
+use jiff::Timestamp;
+use serde::Serialize;
+use tokio::sync::{Semaphore, mpsc};
+
+use crate::auth::Access;
+use crate::error::ApiError;
+use crate::knowledge::KnowledgeBase;
+
+/// Lines of an export buffered between the database and the network.
+const EXPORT_BUFFER_LINES: usize = 256;
+
+/// The memory operations, shared by the REST API and the MCP server. Cheap to clone.
+#[derive(Clone)]
+pub struct MemoryService {
+    store: Arc<dyn MemoryStore>,
+    searcher: Searcher,
+    tokens: Arc<TokenStore>,
+    knowledge: KnowledgeBase,
+    gate: Arc<Semaphore>,
+}
+
+impl std::fmt::Debug for MemoryService {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("MemoryService").finish_non_exhaustive()
+    }
+}
+
+/// One session as the memories know it (the session store itself comes later).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct SessionSummary {
+    /// The session's id.
+    pub session_id: String,
+    /// The user it belongs to.
+    pub user_id: String,
+    /// How many memories it holds (current and closed).
+    pub memories: u64,
+    /// The oldest memory's time.
+    pub first_at: Timestamp,
+    /// The newest memory's time.
+    pub last_at: Timestamp,
+}
+
+/// How many store operations may run at once: enough to keep every core busy, few enough that
+/// each has a pooled read connection.
+pub fn default_concurrency() -> usize {
+    let cores = std::thread::available_parallelism().map_or(2, |n| n.get());
+    (cores * 2).clamp(2, 8)
+}
+
+impl MemoryService {
+    /// A service over these parts; `searcher` must search `store`, and `tokens` and
+    /// `knowledge` must use the same database.
+    pub fn new(
+        store: Arc<dyn MemoryStore>,
+        searcher: Searcher,
+        tokens: Arc<TokenStore>,
+        knowledge: KnowledgeBase,
+        concurrency: usize,
+    ) -> Self {
+        Self {
+            store,
+            searcher,
+            tokens,
+            knowledge,
+            gate: Arc::new(Semaphore::new(concurrency.max(1))),
+        }
+    }
+
+    /// The token store (for authentication).
+    pub fn tokens(&self) -> &Arc<TokenStore> {
+        &self.tokens
+    }
+
+    /// Runs blocking work on the blocking pool, at most `concurrency` at a time.
+    pub async fn run<T, F>(&self, work: F) -> Result<T, ApiError>
+    where
+        T: Send + 'static,
+        F: FnOnce(&MemoryService) -> Result<T, ApiError> + Send + 'static,
+    {
+        let permit = self
+            .gate
+            .clone()
+            .acquire_owned()
+            .await
+            .map_err(|_| ApiError::internal("the server is shutting down"))?;
+        let service = self.clone();
+        tokio::task::spawn_blocking(move || {
+            // Held until the work is done, even if the request that asked for it went away.
+            let _permit = permit;
+            work(&service)
+        })
+        .await
+        .map_err(|e| ApiError::internal(format!("a storage task failed: {e}")))?
+    }
+
+    /// Stores one memory for a user the caller may touch.
+    pub async fn add(&self, access: &Access, memory: NewMemory) -> Result<AddOutcome, ApiError> {
+        access.require(&memory.scope.user_id)?;
+        let actor = access.actor();
+        self.run(move |s| crate::bridge::add(&s.store, &s.searcher, memory, &actor))
+            .await
+    }
+
+    /// Stores many memories in one transaction; each gets its own outcome.
+    pub async fn add_many(
+        &self,
+        access: &Access,
+        memories: Vec<NewMemory>,
+    ) -> Result<Vec<Result<AddOutcome, StoreError>>, ApiError> {
+        for memory in &memories {
+            access.require(&memory.scope.user_id)?;
+        }
+        let actor = access.actor();
+        self.run(move |s| crate::bridge::add_many(&s.store, &s.searcher, memories, &actor))
+            .await
+    }
+
+    /// Ranked search in one user's memories.
+    pub async fn search(
+        &self,
+        access: &Access,
+        request: SearchRequest,
+    ) -> Result<SearchResults, ApiError> {
+        access.require(&request.filter.user_id)?;
+        self.run(move |s| crate::bridge::search(&s.searcher, &request))
+            .await
+    }
+
+    /// One user's memories, newest first.
+    pub async fn list(
+        &self,
+        access: &Access,
+        filter: Filter,
+        limit: usize,
+        offset: usize,
+    ) -> Result<Vec<Memory>, ApiError> {
+        access.require(&filter.user_id)?;
+        self.run(move |s| Ok(s.store.list(&filter, limit, offset)?))
+            .await
+    }
+
+    /// A memory the caller may see.
+    pub async fn get(&self, access: &Access, id: MemoryId) -> Result<Memory, ApiError> {
+        let access = access.clone();
+        self.run(move |s| s.visible(&access, id)).await
+    }
+
+    /// Changes a memory the caller may see.
+    pub async fn update(
+        &self,
+        access: &Access,
+        id: MemoryId,
+        patch: MemoryPatch,
+    ) -> Result<Memory, ApiError> {
+        let access = access.clone();
+        self.run(move |s| {
+            s.visible(&access, id)?;
+            Ok(s.store.update(id, patch, &access.actor())?)
+        })
+        .await
+    }
+
+    /// Closes a memory the caller may see.
+    pub async fn invalidate(&self, access: &Access, id: MemoryId) -> Result<Memory, ApiError> {
+        let access = access.clone();
+        self.run(move |s| {
+            s.visible(&access, id)?;
+            Ok(s.store.invalidate(id, &access.actor())?)
+        })
+        .await
+    }
+
+    /// Deletes a memory the caller may see.
+    pub async fn delete(&self, access: &Access, id: MemoryId) -> Result<Memory, ApiError> {
+        let access = access.clone();
+        self.run(move |s| {
+            s.visible(&access, id)?;
+            Ok(s.store.delete(id, &access.actor())?)
+        })
+        .await
+    }
+
+    /// The audit trail of a memory the caller may see (deleted ones included).
+    pub async fn history(
+        &self,
+        access: &Access,
+        id: MemoryId,
+    ) -> Result<Vec<HistoryEvent>, ApiError> {
+        let access = access.clone();
+        self.run(move |s| {
+            let owner = s
+                .tokens
+                .memory_owner(id)
+                .map_err(|e| ApiError::internal(e.to_string()))?;
+            match owner {
+                Some(owner) if access.allows(&owner) => Ok(s.store.history(id)?),
+                _ => Err(ApiError::memory_not_found(id)),
+            }
+        })
+        .await
+    }
+
+    /// Streams a user's memories as JSONL lines (the format of `engram export`), oldest first.
+    /// The receiver gets one `Ok(line)` per memory, or an `Err` if the export failed midway.
+    pub async fn export(
+        &self,
+        access: &Access,
+        user_id: String,
+    ) -> Result<mpsc::Receiver<Result<Vec<u8>, ApiError>>, ApiError> {
+        access.require(&user_id)?;
+        let (sender, receiver) = mpsc::channel(EXPORT_BUFFER_LINES);
+        let service = self.clone();
+        tokio::spawn(async move {
+            let failure_sender = sender.clone();
+            let result = service
+                .run(move |s| {
+                    let mut sink = |memory: Memory| {
+                        let mut line = serde_json::to_vec(&memory)
+                            .map_err(|e| StoreError::Backend(e.to_string()))?;
+                        line.push(b'\n');
+                        sender
+                            .blocking_send(Ok(line))
+                            .map_err(|_| StoreError::Backend("the client went away".to_string()))
+                    };
+                    Ok(s.store.export(&user_id, &mut sink)?)
+                })
+                .await;
+            if let Err(e) = result {
+                tracing::warn!(error = %e, "export stopped");
+                let _ = failure_sender.send(Err(e)).await;
+            }
+        });
+        Ok(receiver)
+    }
+
+    /// The sessions a user's memories belong to, most recent first.
+    pub async fn sessions(
+        &self,
+        access: &Access,
+        user_id: String,
+    ) -> Result<Vec<SessionSummary>, ApiError> {
+        access.require(&user_id)?;
+        self.run(move |s| {
+            let mut sessions: BTreeMap<String, SessionSummary> = BTreeMap::new();
+            s.store.export(&user_id, &mut |memory| {
+                if let Some(session) = &memory.scope.session_id {
+                    let entry = sessions
+                        .entry(session.clone())
+                        .or_insert_with(|| SessionSummary {
+                            session_id: session.clone(),
+                            user_id: memory.scope.user_id.clone(),
+                            memories: 0,
+                            first_at: memory.created_at,
+                            last_at: memory.created_at,
+                        });
+                    entry.memories += 1;
+                    entry.first_at = entry.first_at.min(memory.created_at);
+                    entry.last_at = entry.last_at.max(memory.created_at);
+                }
+                Ok(())
+            })?;
+            let mut list: Vec<SessionSummary> = sessions.into_values().collect();
+            list.sort_by(|a, b| {
+                b.last_at
+                    .cmp(&a.last_at)
+                    .then(a.session_id.cmp(&b.session_id))
+            });
+            Ok(list)
+        })
+        .await
+    }
+
+    /// Runs a knowledge-graph operation for a user the caller may touch.
+    pub async fn graph<T, F>(&self, access: &Access, user_id: &str, work: F) -> Result<T, ApiError>
+    where
+        T: Send + 'static,
+        F: FnOnce(&KnowledgeBase) -> Result<T, ApiError> + Send + 'static,
+    {
+        access.require(user_id)?;
+        self.run(move |s| work(&s.knowledge)).await
+    }
+
+    /// The memory, if it exists and the caller may see it; otherwise the same not-found error.
+    fn visible(&self, access: &Access, id: MemoryId) -> Result<Memory, ApiError> {
+        match self.store.get(id) {
+            Ok(memory) if access.allows(&memory.scope.user_id) => Ok(memory),
+            Ok(_) | Err(StoreError::NotFound(_)) => Err(ApiError::memory_not_found(id)),
+            Err(e) => Err(e.into()),
+        }
+    }
+}
