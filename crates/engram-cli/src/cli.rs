@@ -70,6 +70,12 @@ Examples:
     Export(ExportArgs),
     /// Totals: memories, users, kinds, database size.
     Stats,
+    /// Give every memory a vector from the configured embedding model (after adding memories
+    /// without a model, or switching models).
+    Reindex(ReindexArgs),
+    /// Embedding models: fetch one from the Hugging Face hub, list installed ones.
+    #[command(subcommand)]
+    Model(crate::commands::model::ModelCommand),
     /// Talk with the agent: line editing, history, Markdown answers, /help for commands.
     Chat(crate::commands::chat::ChatArgs),
     /// Give the agent one task; the answer goes to stdout, tool activity to stderr.
@@ -87,6 +93,15 @@ Examples:
     Skills(crate::commands::skills::SkillsCommand),
     /// Set up ENGRAM_HOME: a commented config.toml and a workspace with template files.
     Onboard(crate::commands::onboard::OnboardArgs),
+    /// Serve the REST API and the MCP server over HTTP (until Ctrl-C or SIGTERM).
+    Serve(crate::commands::serve::ServeArgs),
+    /// Serve MCP over standard input and output (for MCP clients that start their servers).
+    Mcp(crate::commands::mcp::McpArgs),
+    /// Bearer tokens for `engram serve`: create, list, revoke.
+    #[command(subcommand)]
+    Token(crate::commands::token::TokenCommand),
+    /// Import the JSONL file of the reference MCP memory server into a user's knowledge graph.
+    ImportGraph(crate::commands::graph::ImportGraphArgs),
 }
 
 /// Which memories: one user, optionally narrowed.
@@ -183,6 +198,11 @@ pub struct SearchArgs {
     /// Show how each score came about.
     #[arg(long)]
     pub explain: bool,
+    /// Ranking profile: balanced (default), reference (0.6 similarity, 0.2 recency, 0.2
+    /// importance) or relevance (no recency or importance). `[search]` in config.toml can change
+    /// the default and the weights.
+    #[arg(long, value_name = "NAME")]
+    pub profile: Option<String>,
     /// Run many searches: a JSONL file of {"user_id", "query"} lines (`-` for stdin); prints one
     /// JSON array of hits per line, in the same order.
     #[arg(long, value_name = "FILE", conflicts_with = "query")]
@@ -258,10 +278,43 @@ pub enum BenchCommand {
     Store(BenchStoreArgs),
     /// Retrieval quality: evidence recall@k on the LoCoMo benchmark, per question category.
     Locomo(BenchLocomoArgs),
+    /// Hybrid search latency with the configured embedding model, query embedding included.
+    Hybrid(crate::bench::hybrid::BenchHybridArgs),
+    /// Embedding speed of the configured model: texts per second and one query's latency.
+    Embed(crate::bench::embed::BenchEmbedArgs),
     /// Agent loop: overhead per step, streamed token to output, `engram run` start to first request.
     Agent(crate::bench::agent::BenchAgentArgs),
     /// Scheduler: next-run computation for many jobs, gateway idle CPU, due-job start lag.
     Scheduler(crate::bench::scheduler::BenchSchedulerArgs),
+    /// Server: search and batch-ingest throughput over HTTP with a real load generator (wrk).
+    Server(crate::bench::server::BenchServerArgs),
+    /// MCP: the same LoCoMo conversation in engram and in the reference memory server.
+    Mcp(crate::bench::mcp::BenchMcpArgs),
+    /// Vector search: exact vs approximate latency and recall@k by scope size, index build time,
+    /// RSS.
+    Vectors(crate::bench::vectors::BenchVectorsArgs),
+}
+
+/// Which retrieval a benchmark measures.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum RetrievalMode {
+    /// BM25 only.
+    Lexical,
+    /// Embeddings only.
+    Dense,
+    /// Both, fused.
+    Hybrid,
+}
+
+impl RetrievalMode {
+    /// The name used on the command line and in reports.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            RetrievalMode::Lexical => "lexical",
+            RetrievalMode::Dense => "dense",
+            RetrievalMode::Hybrid => "hybrid",
+        }
+    }
 }
 
 /// `engram bench locomo`.
@@ -270,10 +323,24 @@ pub struct BenchLocomoArgs {
     /// The LoCoMo JSON file (a list of samples, as in snap-research/LoCoMo data/locomo10.json).
     #[arg(long)]
     pub data: PathBuf,
+    /// lexical, dense or hybrid (default: hybrid when an embedding model is configured).
+    #[arg(long)]
+    pub mode: Option<RetrievalMode>,
+    /// Ranking profile (see `engram search --help`).
+    #[arg(long, value_name = "NAME")]
+    pub profile: Option<String>,
     /// Recall cut-offs (comma-separated).
     #[arg(long, value_delimiter = ',', default_value = "5,10,20")]
     pub k: Vec<usize>,
+    /// Keep the benchmark's store in DIR and reuse it when it already holds the data (saves
+    /// re-embedding between runs that only change ranking).
+    #[arg(long, value_name = "DIR")]
+    pub store: Option<PathBuf>,
 }
+
+/// `engram reindex`.
+#[derive(Debug, Args)]
+pub struct ReindexArgs {}
 
 /// `engram bench store`.
 #[derive(Debug, Args)]

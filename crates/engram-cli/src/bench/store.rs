@@ -241,7 +241,13 @@ pub fn reset_peak_rss() {
     let _ = std::fs::write("/proc/self/clear_refs", "5");
 }
 
-fn write_dataset(path: &Path, n: usize, users: usize, vocab: &Vocabulary, seed: u64) -> Result<()> {
+pub(crate) fn write_dataset(
+    path: &Path,
+    n: usize,
+    users: usize,
+    vocab: &Vocabulary,
+    seed: u64,
+) -> Result<()> {
     let mut rng = SplitMix(seed);
     let mut out = BufWriter::new(File::create(path)?);
     let start = jiff::Timestamp::from_second(1_672_531_200)?; // 2023-01-01

@@ -4,13 +4,19 @@ pub mod agent_common;
 pub mod chat;
 pub mod cron;
 pub mod gateway;
+pub mod graph;
 pub mod import_export;
 pub mod markdown;
+pub mod mcp;
 mod memory;
+pub mod model;
 pub mod onboard;
+pub mod retrieval;
 pub mod run;
 mod search;
+pub mod serve;
 pub mod skills;
+pub mod token;
 
 use anyhow::Result;
 use engram_core::{Filter, Scope};
@@ -49,6 +55,8 @@ pub fn run(cli: Cli) -> Result<Status> {
         Command::History(args) => memory::history(&ctx, args),
         Command::Forget(args) => memory::forget(&ctx, args),
         Command::Stats => memory::stats(&ctx),
+        Command::Reindex(args) => retrieval::reindex(&ctx, args),
+        Command::Model(command) => model::run(&ctx, command),
         Command::Chat(args) => chat::chat(&ctx, args),
         Command::Run(args) => run::run(&ctx, args),
         Command::Bench(command) => crate::bench::run(&ctx, command),
@@ -56,6 +64,10 @@ pub fn run(cli: Cli) -> Result<Status> {
         Command::Gateway(args) => gateway::run(&ctx, args),
         Command::Skills(command) => skills::run(&ctx, command),
         Command::Onboard(args) => onboard::run(&ctx, args),
+        Command::Serve(args) => serve::run(&ctx, args),
+        Command::Mcp(args) => mcp::run(&ctx, args),
+        Command::Token(command) => token::run(&ctx, command),
+        Command::ImportGraph(args) => graph::import_graph(&ctx, args),
     }
 }
 
