@@ -5,10 +5,12 @@
 //! - [`ranking`]: the fusion methods and named ranking profiles.
 //! - [`when`]: time phrases in queries ("last week", "in May").
 //! - [`indexing`]: giving memories their vectors, on add and afterwards.
+//! - [`token_count`]: token counts with a real BPE tokenizer, for budgets.
 
 pub mod indexing;
 pub mod ranking;
 pub mod search;
+pub mod token_count;
 pub mod when;
 
 pub use ranking::{Fusion, RankingProfile, Recency};
