@@ -603,3 +603,39 @@ fn sigint_in_chat_cancels_the_turn_and_the_conversation_goes_on() {
     let second = server.request(2).unwrap().body.to_string();
     assert!(second.contains("did not finish"), "{second}");
 }
+
+#[test]
+fn the_system_prompt_carries_bootstrap_files_and_skills_and_the_agent_has_cron_and_load_skill() {
+    let home = Home::new();
+    let workspace = home.workspace();
+    std::fs::write(workspace.join("AGENTS.md"), "Always answer in haiku.\n").unwrap();
+    let skill = workspace.join("skills/deploy");
+    std::fs::create_dir_all(&skill).unwrap();
+    std::fs::write(
+        skill.join("SKILL.md"),
+        "---\nname: deploy\ndescription: Ship the site to production\n---\nRun make deploy.\n",
+    )
+    .unwrap();
+    let server = ScriptedServer::spawn(vec![Turn::text("Done.")]).unwrap();
+    let (out, _, stderr) = output(&mut home.run(&server, Provider::OpenAi, "Hello"));
+    assert!(out.status.success(), "{stderr}");
+
+    let request = &server.requests()[0];
+    let system = request.messages()[0]["content"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    assert!(system.contains("Always answer in haiku."), "{system}");
+    assert!(
+        system.contains("deploy: Ship the site to production"),
+        "{system}"
+    );
+    assert!(
+        system.contains("memory"),
+        "built-in skills listed: {system}"
+    );
+    let tools = request.tool_names();
+    for name in ["cron", "load_skill", "record_note"] {
+        assert!(tools.contains(&name.to_string()), "{name} in {tools:?}");
+    }
+}

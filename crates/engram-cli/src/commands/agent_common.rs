@@ -9,7 +9,12 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context as _, Result};
 use clap::Args;
+use engram_agent::scheduler::CronTool;
+use engram_agent::skills::{
+    ALWAYS_SKILLS_SECTION_TITLE, LoadSkillTool, SKILLS_SECTION_TITLE, SkillSet,
+};
 use engram_agent::tools::{BuiltinOptions, NoteMemory, ToolRegistry, Workspace};
+use engram_agent::workspace::{BOOTSTRAP_SECTION_TITLE, bootstrap_section};
 use engram_agent::{
     Agent, AgentConfig, AgentEvent, CancelToken, DEFAULT_MAX_STEPS, PromptVars, SystemPrompt,
     ToolMode,
@@ -99,9 +104,20 @@ pub fn prepare(ctx: &Context, args: &AgentArgs) -> Result<AgentSetup> {
     };
     let mut registry = ToolRegistry::with_builtins(&workspace, &BuiltinOptions::default(), memory)
         .context("cannot set up the agent's tools")?;
+    registry
+        .register(CronTool::new(super::cron::open_scheduler(ctx)?))
+        .context("cannot register the cron tool")?;
+    let skills = Arc::new(SkillSet::load(workspace.root()));
+    for error in skills.errors() {
+        eprintln!("warning: {error}");
+    }
+    registry
+        .register(LoadSkillTool::new(skills.clone()))
+        .context("cannot register the load_skill tool")?;
     super::mcp::add_mcp_tools(&config, &mut registry)?;
     let tools = Arc::new(registry);
-    let prompt = build_prompt(workspace.root(), &user);
+    let mut prompt = build_prompt(workspace.root(), &user);
+    add_skills(&mut prompt, &skills);
     let agent = Agent::new(
         model,
         prompt,
@@ -120,14 +136,30 @@ pub fn prepare(ctx: &Context, args: &AgentArgs) -> Result<AgentSetup> {
     })
 }
 
-/// The system prompt. Bootstrap files and skills are added here as sections once they exist.
+/// The system prompt: engram's base text, then the workspace's bootstrap files that exist
+/// (AGENTS.md, SOUL.md, USER.md, ...). Skills are added by [`add_skills`].
 pub fn build_prompt(workspace: &Path, user: &str) -> SystemPrompt {
     let today = jiff::Zoned::now().strftime("%Y-%m-%d (%A)").to_string();
-    SystemPrompt::engram(&PromptVars {
+    let mut prompt = SystemPrompt::engram(&PromptVars {
         workspace: workspace.display().to_string(),
         today,
         user: user.to_string(),
-    })
+    });
+    if let Some(body) = bootstrap_section(workspace) {
+        prompt.push_section(BOOTSTRAP_SECTION_TITLE, body);
+    }
+    prompt
+}
+
+/// Adds the skills to a system prompt: the summary of every skill, and the full text of the
+/// available `always` skills.
+pub fn add_skills(prompt: &mut SystemPrompt, skills: &SkillSet) {
+    if let Some(summary) = skills.summary() {
+        prompt.push_section(SKILLS_SECTION_TITLE, summary);
+    }
+    if let Some(always) = skills.always_text() {
+        prompt.push_section(ALWAYS_SKILLS_SECTION_TITLE, always);
+    }
 }
 
 /// `--workspace`, else `[agent] workspace` (relative to ENGRAM_HOME), else
