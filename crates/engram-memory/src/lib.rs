@@ -5,11 +5,13 @@
 //! - [`ranking`]: the fusion methods and named ranking profiles.
 //! - [`when`]: time phrases in queries ("last week", "in May").
 //! - [`indexing`]: giving memories their vectors, on add and afterwards.
+//! - [`session`]: sessions as append-only JSONL files under ENGRAM_HOME/sessions.
 //! - [`token_count`]: token counts with a real BPE tokenizer, for budgets.
 
 pub mod indexing;
 pub mod ranking;
 pub mod search;
+pub mod session;
 pub mod token_count;
 pub mod when;
 
