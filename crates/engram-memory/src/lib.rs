@@ -7,6 +7,7 @@
 //! - [`indexing`]: giving memories their vectors, on add and afterwards.
 //! - [`session`]: sessions as append-only JSONL files under ENGRAM_HOME/sessions.
 //! - [`token_count`]: token counts with a real BPE tokenizer, for budgets.
+//! - [`working`]: working memory in three layers (turn, window, summary) on a token budget.
 
 pub mod indexing;
 pub mod ranking;
@@ -14,6 +15,7 @@ pub mod search;
 pub mod session;
 pub mod token_count;
 pub mod when;
+pub mod working;
 
 pub use ranking::{Fusion, RankingProfile, Recency};
 pub use search::{ScoreParts, SearchError, SearchHit, SearchRequest, SearchResults, Searcher};
