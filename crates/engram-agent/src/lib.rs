@@ -4,6 +4,8 @@
 //!   controller, [`Agent`], which streams what happens as [`AgentEvent`]s.
 //! - [`run_state`]: the run state the states read and write ([`RunState`], with the in-memory
 //!   baseline [`InMemoryRunState`]), dumpable for replay.
+//! - [`stored_run_state`]: the run state kept in a session file, with working memory on a
+//!   token budget ([`StoredRunState`]).
 //! - [`prompt`]: the system prompt, a versioned text file plus added sections.
 //! - [`tools`]: the tool registry and the built-in file, shell and note tools, confined to a
 //!   workspace.
@@ -20,6 +22,7 @@ pub mod prompt;
 pub mod run_state;
 pub mod scheduler;
 pub mod skills;
+pub mod stored_run_state;
 pub mod tools;
 pub mod workspace;
 
@@ -32,3 +35,4 @@ pub use prompt::{PromptSection, PromptVars, SystemPrompt};
 pub use run_state::{
     InMemoryRunState, NextAction, RunProgress, RunRecord, RunState, RunStateError, RunStatus,
 };
+pub use stored_run_state::StoredRunState;
