@@ -8,8 +8,18 @@
 //! - [`session`]: sessions as append-only JSONL files under ENGRAM_HOME/sessions.
 //! - [`token_count`]: token counts with a real BPE tokenizer, for budgets.
 //! - [`working`]: working memory in three layers (turn, window, summary) on a token budget.
+//! - [`manager`]: the memory manager — the context block for each turn, extraction and merging
+//!   after replies, the markdown mirror, maintenance; built from [`extract`], [`merge`],
+//!   [`context`], [`mirror`], [`maintenance`] and the versioned [`prompts`].
 
+pub mod context;
+pub mod extract;
 pub mod indexing;
+pub mod maintenance;
+pub mod manager;
+pub mod merge;
+pub mod mirror;
+pub mod prompts;
 pub mod ranking;
 pub mod search;
 pub mod session;
@@ -17,5 +27,8 @@ pub mod token_count;
 pub mod when;
 pub mod working;
 
+pub use manager::{
+    ContextBlock, ExtractionReport, ManagerConfig, MemoryError, MemoryManager, MemoryOverview,
+};
 pub use ranking::{Fusion, RankingProfile, Recency};
 pub use search::{ScoreParts, SearchError, SearchHit, SearchRequest, SearchResults, Searcher};

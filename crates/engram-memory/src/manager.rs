@@ -1,0 +1,830 @@
+//! The memory manager: the one object the agent talks to about long-term memory.
+//!
+//! Before each user turn, [`MemoryManager::context_block`] builds the memory block (profile,
+//! relevant and recent episodes, today's notes, MEMORY.md). After replies, off the critical path,
+//! [`MemoryManager::extract_and_merge`] turns conversation into episodes and profile updates.
+//! MEMORY.md, which a person may edit, is read on every turn and indexed into the store as `note`
+//! memories (`metadata.source_file = "MEMORY.md"`), re-synced whenever the file changes.
+
+use std::collections::HashSet;
+use std::fmt;
+use std::fs::OpenOptions;
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
+
+use engram_core::{
+    AddOutcome, ChatModel, Filter, Importance, Kind, LlmError, Memory, MemoryStore, Message,
+    MetaCondition, NewMemory, Scope, StoreError,
+};
+use jiff::Timestamp;
+use jiff::tz::TimeZone;
+use serde::Serialize;
+use serde_json::{Value, json};
+
+use crate::context::{ContextItem, Section, assemble};
+use crate::extract::{
+    self, ExtractedEpisode, ProfileUpdate, UnusableOutput, resolve_relative_dates,
+};
+use crate::indexing::add_with_vector;
+use crate::maintenance::{self, CleanupReport, CleanupRule, CompactReport};
+use crate::merge::{self, MergeOrigin};
+use crate::mirror::{LONG_TERM_FILE, MarkdownMirror, MirrorError};
+use crate::search::{SearchError, SearchRequest, Searcher};
+
+pub use crate::context::ContextBlock;
+
+/// The history actor for changes the manager makes.
+pub const ACTOR: &str = "memory-manager";
+/// `metadata.source_file` of notes indexed from MEMORY.md.
+pub const SOURCE_FILE_KEY: &str = "source_file";
+/// Most profile entries considered for one block.
+const PROFILE_LIMIT: usize = 200;
+
+/// Settings, from `[memory]` in config.toml. Every field has a default.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, serde::Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct ManagerConfig {
+    /// The memory block is cut to this many tokens (default 1500).
+    pub context_budget_tokens: usize,
+    /// Episodes below this importance are not brought back (default 2).
+    pub min_importance: u8,
+    /// Relevant episodes per turn (default 5).
+    pub relevant_episodes: usize,
+    /// Recent episodes per turn, besides the relevant ones (default 3).
+    pub recent_episodes: usize,
+    /// Extract every this many turns (default 10; 0: only at session end and on /new).
+    pub extract_every_turns: u32,
+    /// Let the model decide ADD / UPDATE / DELETE / NONE against known entries (default true);
+    /// false: the same key always replaces.
+    pub model_merge: bool,
+}
+
+impl Default for ManagerConfig {
+    fn default() -> Self {
+        Self {
+            context_budget_tokens: 1500,
+            min_importance: 2,
+            relevant_episodes: 5,
+            recent_episodes: 3,
+            extract_every_turns: 10,
+            model_merge: true,
+        }
+    }
+}
+
+/// Why the memory manager could not do what was asked.
+#[derive(Debug, thiserror::Error)]
+pub enum MemoryError {
+    /// The store failed.
+    #[error(transparent)]
+    Store(#[from] StoreError),
+    /// Retrieval failed.
+    #[error(transparent)]
+    Search(#[from] SearchError),
+    /// A markdown file could not be read or written.
+    #[error(transparent)]
+    Mirror(#[from] MirrorError),
+    /// The model call failed.
+    #[error("the memory model call failed: {0}")]
+    Model(#[from] LlmError),
+    /// The operation needs a model and none is configured.
+    #[error(
+        "{0} needs a language model, and none is configured; set one in [llm] of config.toml or with ENGRAM_PROVIDER / OPENAI_API_KEY"
+    )]
+    NoModel(&'static str),
+}
+
+/// What one extraction did.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
+pub struct ExtractionReport {
+    /// Why nothing was extracted (too short, no model), if so.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub skipped: Option<String>,
+    /// Episodes stored.
+    pub episodes_added: usize,
+    /// Facts and preferences stored.
+    pub facts_added: usize,
+    /// Known facts and preferences closed because new ones replaced them.
+    pub facts_superseded: usize,
+    /// Known facts and preferences closed by the model's DELETE.
+    pub facts_deleted: usize,
+    /// Entries that were already known.
+    pub unchanged: usize,
+    /// Profile entries the model merge decided (the rest by the key rule).
+    pub decided_by_model: usize,
+    /// Model answers that could not be used (their raw text is in `rejected_log`).
+    pub unusable: Vec<String>,
+    /// Where the raw text of unusable answers was kept.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub rejected_log: Option<PathBuf>,
+}
+
+/// What is known about the user, for `/memory`.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct MemoryOverview {
+    /// Whose memory.
+    pub user: String,
+    /// Current facts.
+    pub facts: Vec<Memory>,
+    /// Current preferences.
+    pub preferences: Vec<Memory>,
+    /// The last 10 episodes.
+    pub recent_episodes: Vec<Memory>,
+    /// Current episodes in all.
+    pub episode_count: u64,
+    /// Current notes in all.
+    pub note_count: u64,
+    /// Closed memories kept in history (invalidated or expired).
+    pub closed_count: u64,
+}
+
+impl fmt::Display for MemoryOverview {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        writeln!(
+            f,
+            "Memory of {}: {} facts, {} preferences, {} episodes, {} notes ({} older entries in history)",
+            self.user,
+            self.facts.len(),
+            self.preferences.len(),
+            self.episode_count,
+            self.note_count,
+            self.closed_count
+        )?;
+        for (title, list) in [("Facts", &self.facts), ("Preferences", &self.preferences)] {
+            if !list.is_empty() {
+                writeln!(f, "\n{title}:")?;
+                for m in list.iter() {
+                    writeln!(f, "  - {}", m.text)?;
+                }
+            }
+        }
+        if !self.recent_episodes.is_empty() {
+            writeln!(f, "\nLast episodes:")?;
+            for m in &self.recent_episodes {
+                let category = m.category.as_deref().unwrap_or("episode");
+                writeln!(
+                    f,
+                    "  - {} [{category}, importance {}] {}",
+                    m.created_at.strftime("%Y-%m-%d"),
+                    m.importance,
+                    m.text
+                )?;
+            }
+        }
+        Ok(())
+    }
+}
+
+/// Long-term memory for one user: store, retrieval, model and markdown files together.
+pub struct MemoryManager {
+    store: Arc<dyn MemoryStore>,
+    searcher: Arc<Searcher>,
+    model: Option<Arc<dyn ChatModel>>,
+    mirror: MarkdownMirror,
+    workspace: PathBuf,
+    user: String,
+    config: ManagerConfig,
+    time_zone: TimeZone,
+    /// Hash of the MEMORY.md text last indexed by this process.
+    long_term_synced: Mutex<Option<String>>,
+}
+
+impl fmt::Debug for MemoryManager {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("MemoryManager")
+            .field("user", &self.user)
+            .field("workspace", &self.workspace)
+            .field(
+                "model",
+                &self.model.as_ref().map(|m| m.info().model.clone()),
+            )
+            .field("config", &self.config)
+            .finish_non_exhaustive()
+    }
+}
+
+impl MemoryManager {
+    /// A manager for `user`, with MEMORY.md and daily notes under `workspace/memory`. Without a
+    /// model there is no extraction, merging or compaction; the context still works.
+    pub fn new(
+        store: Arc<dyn MemoryStore>,
+        searcher: Arc<Searcher>,
+        model: Option<Arc<dyn ChatModel>>,
+        workspace: PathBuf,
+        user: String,
+        config: ManagerConfig,
+    ) -> Self {
+        Self {
+            store,
+            searcher,
+            model,
+            mirror: MarkdownMirror::new(&workspace),
+            workspace,
+            user,
+            config,
+            time_zone: TimeZone::system(),
+            long_term_synced: Mutex::new(None),
+        }
+    }
+
+    /// Reads dates (daily notes, "yesterday") in this zone instead of the system's.
+    pub fn with_time_zone(mut self, time_zone: TimeZone) -> Self {
+        self.time_zone = time_zone;
+        self
+    }
+
+    /// Whose memory this is.
+    pub fn user(&self) -> &str {
+        &self.user
+    }
+
+    /// The settings.
+    pub fn config(&self) -> &ManagerConfig {
+        &self.config
+    }
+
+    /// The markdown files.
+    pub fn mirror(&self) -> &MarkdownMirror {
+        &self.mirror
+    }
+
+    /// The store.
+    pub fn store(&self) -> &Arc<dyn MemoryStore> {
+        &self.store
+    }
+
+    /// Where the raw text of model answers that could not be used is kept (JSON lines).
+    pub fn rejected_log_path(&self) -> PathBuf {
+        self.workspace.join("logs").join("memory-rejected.jsonl")
+    }
+
+    fn filter(&self) -> Filter {
+        Filter::user(self.user.clone())
+    }
+
+    /// The memory block for this user message: profile (current facts, preferences), relevant
+    /// episodes, recent episodes not already shown, today's notes, MEMORY.md; deduplicated,
+    /// ranked, cut to the budget; `None` when there is nothing to say. The text starts with the
+    /// guidance (use memory naturally, don't recite it, the user's current words win).
+    pub async fn context_block(
+        &self,
+        user_message: &str,
+        now: Timestamp,
+    ) -> Result<Option<ContextBlock>, MemoryError> {
+        let mut items = Vec::new();
+
+        let long_term = self.mirror.read_long_term()?;
+        self.sync_long_term(long_term.as_deref(), now).await?;
+        for (index, chunk) in long_term_chunks(long_term.as_deref().unwrap_or(""))
+            .iter()
+            .enumerate()
+        {
+            // File order: earlier lines rank higher.
+            items.push(ContextItem::new(
+                Section::LongTerm,
+                chunk.as_str(),
+                chunk,
+                -(index as f64),
+            ));
+        }
+
+        for memory in merge::current_profile(self.store.as_ref(), &self.user, PROFILE_LIMIT)? {
+            let rank =
+                f64::from(memory.importance.get()) * 1e10 + memory.updated_at.as_second() as f64;
+            items.push(
+                ContextItem::new(Section::Profile, memory.text.as_str(), &memory.text, rank)
+                    .with_memory(memory.id),
+            );
+        }
+
+        let min_importance = Importance::new(i64::from(self.config.min_importance)).ok();
+        let mut shown = HashSet::new();
+        if self.config.relevant_episodes > 0 && !user_message.trim().is_empty() {
+            let request = SearchRequest {
+                filter: Filter {
+                    kinds: vec![Kind::Episode, Kind::Summary, Kind::Note],
+                    min_importance,
+                    ..self.filter()
+                },
+                query: user_message.to_string(),
+                limit: self.config.relevant_episodes,
+            };
+            match self.searcher.search(&request).await {
+                Ok(results) => {
+                    for hit in results.hits {
+                        shown.insert(hit.memory.id);
+                        items.push(
+                            ContextItem::new(
+                                Section::Relevant,
+                                self.dated(&hit.memory),
+                                &hit.memory.text,
+                                hit.score,
+                            )
+                            .with_memory(hit.memory.id),
+                        );
+                    }
+                }
+                // A message with no searchable words (only punctuation, say) finds nothing.
+                Err(SearchError::Store(StoreError::BadQuery(_))) => {}
+                // Without the embedder the turn still gets its profile and recent episodes.
+                Err(SearchError::Embed(e)) => {
+                    tracing::warn!(error = %e, "relevant memories skipped: the query could not be embedded");
+                }
+                Err(e) => return Err(e.into()),
+            }
+        }
+
+        if self.config.recent_episodes > 0 {
+            let filter = Filter {
+                kinds: vec![Kind::Episode],
+                min_importance,
+                ..self.filter()
+            };
+            let recent = self
+                .store
+                .list(&filter, self.config.recent_episodes + shown.len(), 0)?;
+            for memory in recent
+                .into_iter()
+                .filter(|m| !shown.contains(&m.id))
+                .take(self.config.recent_episodes)
+            {
+                let rank = memory.created_at.as_second() as f64;
+                items.push(
+                    ContextItem::new(Section::Recent, self.dated(&memory), &memory.text, rank)
+                        .with_memory(memory.id),
+                );
+            }
+        }
+
+        let today = now.to_zoned(self.time_zone.clone()).date();
+        if let Some(note) = self.mirror.read_daily(today)? {
+            for (index, line) in daily_lines(&note).into_iter().enumerate() {
+                // The latest notes first when the budget is short.
+                items.push(ContextItem::new(
+                    Section::Today,
+                    line.as_str(),
+                    daily_body(&line),
+                    index as f64,
+                ));
+            }
+        }
+
+        Ok(assemble(items, self.config.context_budget_tokens))
+    }
+
+    /// `YYYY-MM-DD: text`, in the manager's zone.
+    fn dated(&self, memory: &Memory) -> String {
+        let date = memory.created_at.to_zoned(self.time_zone.clone()).date();
+        format!("{date}: {}", memory.text)
+    }
+
+    /// Indexes MEMORY.md into the store when its text differs from what this process last
+    /// indexed: one `note` per line, lines no longer in the file invalidated.
+    async fn sync_long_term(&self, text: Option<&str>, now: Timestamp) -> Result<(), MemoryError> {
+        let text = text.unwrap_or("");
+        let hash = blake3::hash(text.as_bytes()).to_hex()[..32].to_string();
+        if self
+            .long_term_synced
+            .lock()
+            .map(|h| h.as_deref() == Some(hash.as_str()))
+            .unwrap_or(false)
+        {
+            return Ok(());
+        }
+        let chunks = long_term_chunks(text);
+        let wanted: HashSet<String> = chunks
+            .iter()
+            .map(|c| engram_core::normalize_text(c))
+            .collect();
+        let filter = Filter {
+            kinds: vec![Kind::Note],
+            metadata: vec![MetaCondition {
+                key: SOURCE_FILE_KEY.into(),
+                value: LONG_TERM_FILE.into(),
+            }],
+            ..self.filter()
+        };
+        let indexed = self.store.list(&filter, 100_000, 0)?;
+        let mut present = HashSet::new();
+        for memory in indexed {
+            let normal = engram_core::normalize_text(&memory.text);
+            if wanted.contains(&normal) && present.insert(normal) {
+                continue;
+            }
+            match self.store.invalidate(memory.id, ACTOR) {
+                Ok(_) | Err(StoreError::AlreadyClosed(_) | StoreError::NotFound(_)) => {}
+                Err(e) => return Err(e.into()),
+            }
+        }
+        for chunk in chunks {
+            if present.contains(&engram_core::normalize_text(&chunk)) {
+                continue;
+            }
+            let note = NewMemory::new(Scope::user(self.user.clone()), chunk)
+                .with_kind(Kind::Note)
+                .with_category("long_term")
+                .with_importance(Importance::new(4).unwrap_or_default())
+                .with_meta(SOURCE_FILE_KEY, Value::String(LONG_TERM_FILE.into()))
+                .with_meta("file_hash", Value::String(hash.clone()))
+                .with_source("markdown")
+                .at(now);
+            self.add_indexed(note).await?;
+        }
+        if let Ok(mut synced) = self.long_term_synced.lock() {
+            *synced = Some(hash);
+        }
+        Ok(())
+    }
+
+    /// Adds a memory with its vector when an embedder is configured; when embedding fails the
+    /// memory is stored anyway (it gets its vector on `engram reindex`).
+    async fn add_indexed(&self, memory: NewMemory) -> Result<AddOutcome, MemoryError> {
+        let embedder = self.searcher.embedder();
+        match add_with_vector(&self.store, embedder, memory.clone(), ACTOR).await {
+            Ok(outcome) => Ok(outcome),
+            Err(SearchError::Embed(e)) => {
+                tracing::warn!(error = %e, "memory stored without a vector: embedding failed");
+                Ok(self.store.add(memory, ACTOR)?)
+            }
+            Err(e) => Err(e.into()),
+        }
+    }
+
+    /// Extraction + merge for a stretch of conversation (user and assistant messages; tool
+    /// messages are ignored). Skipped under two exchanges and without a model. Model answers that
+    /// cannot be used are logged (a `tracing` warning, and the raw text appended to
+    /// [`MemoryManager::rejected_log_path`]) and add nothing. Relative dates are resolved
+    /// against `now`. New episodes are also appended to today's daily note.
+    pub async fn extract_and_merge(
+        &self,
+        conversation: &[Message],
+        session_key: &str,
+        now: Timestamp,
+    ) -> Result<ExtractionReport, MemoryError> {
+        let mut report = ExtractionReport::default();
+        let Some(model) = &self.model else {
+            report.skipped = Some("no language model is configured".into());
+            return Ok(report);
+        };
+        let Some(transcript) = extract::transcript(conversation) else {
+            report.skipped = Some(format!(
+                "fewer than {} exchanges of conversation",
+                extract::MIN_EXCHANGES
+            ));
+            return Ok(report);
+        };
+
+        let answer = model
+            .chat(&extract::episodes_request(
+                &transcript,
+                now,
+                &self.time_zone,
+            ))
+            .await?;
+        let episodes = match extract::parse_episodes(&answer.message.content) {
+            Ok(episodes) => episodes,
+            Err(unusable) => {
+                self.reject(&unusable, session_key, now, &mut report);
+                Vec::new()
+            }
+        };
+        let answer = model
+            .chat(&extract::profile_request(&transcript, now, &self.time_zone))
+            .await?;
+        let profile = match extract::parse_profile(&answer.message.content) {
+            Ok(profile) => profile,
+            Err(unusable) => {
+                self.reject(&unusable, session_key, now, &mut report);
+                ProfileUpdate::default()
+            }
+        };
+
+        for episode in episodes {
+            self.store_episode(episode, session_key, now, &mut report)
+                .await?;
+        }
+
+        let profile = ProfileUpdate {
+            facts: self.absolute(profile.facts, now),
+            preferences: self.absolute(profile.preferences, now),
+        };
+        let origin = MergeOrigin {
+            user: &self.user,
+            session_key,
+            at: now,
+            actor: ACTOR,
+        };
+        let merger = if self.config.model_merge {
+            Some(model.as_ref())
+        } else {
+            None
+        };
+        let merged = merge::merge_profile(self.store.as_ref(), merger, &profile, &origin).await?;
+        if let Some(unusable) = &merged.unusable {
+            self.reject(unusable, session_key, now, &mut report);
+        }
+        report.facts_added = merged.added;
+        report.facts_superseded = merged.superseded;
+        report.facts_deleted = merged.deleted;
+        report.unchanged += merged.unchanged;
+        report.decided_by_model = merged.by_model;
+        Ok(report)
+    }
+
+    fn absolute(
+        &self,
+        entries: Vec<extract::ProfileEntry>,
+        now: Timestamp,
+    ) -> Vec<extract::ProfileEntry> {
+        entries
+            .into_iter()
+            .map(|mut e| {
+                e.value = resolve_relative_dates(&e.value, now, &self.time_zone);
+                e
+            })
+            .collect()
+    }
+
+    async fn store_episode(
+        &self,
+        episode: ExtractedEpisode,
+        session_key: &str,
+        now: Timestamp,
+        report: &mut ExtractionReport,
+    ) -> Result<(), MemoryError> {
+        let summary = resolve_relative_dates(&episode.summary, now, &self.time_zone);
+        let memory = NewMemory::new(
+            Scope::user(self.user.clone()).with_session(session_key),
+            summary.clone(),
+        )
+        .with_kind(Kind::Episode)
+        .with_category(episode.category.as_str())
+        .with_importance(episode.importance)
+        .with_meta("session", Value::String(session_key.to_string()))
+        .with_source("extraction")
+        .at(now);
+        match self.add_indexed(memory).await? {
+            AddOutcome::Added(_) => {
+                report.episodes_added += 1;
+                self.append_daily_note(&format!("[{}] {summary}", episode.category), now)?;
+            }
+            AddOutcome::Duplicate(_) => report.unchanged += 1,
+        }
+        Ok(())
+    }
+
+    /// Logs an unusable answer and keeps its raw text.
+    fn reject(
+        &self,
+        unusable: &UnusableOutput,
+        session_key: &str,
+        now: Timestamp,
+        report: &mut ExtractionReport,
+    ) {
+        let path = self.rejected_log_path();
+        let line = json!({
+            "at": now.to_string(),
+            "user": self.user,
+            "session": session_key,
+            "call": unusable.what,
+            "reason": unusable.reason,
+            "raw": unusable.raw,
+        });
+        let kept = path
+            .parent()
+            .map(std::fs::create_dir_all)
+            .transpose()
+            .and_then(|_| OpenOptions::new().create(true).append(true).open(&path))
+            .and_then(|mut file| writeln!(file, "{line}"));
+        match kept {
+            Ok(()) => {
+                tracing::warn!(call = unusable.what, reason = %unusable.reason, kept = %path.display(), "model answer for memory extraction not usable; nothing stored from it");
+                report.rejected_log = Some(path);
+            }
+            Err(e) => {
+                tracing::warn!(call = unusable.what, reason = %unusable.reason, raw = %unusable.raw, error = %e, "model answer for memory extraction not usable, and its text could not be kept in a file");
+            }
+        }
+        report.unusable.push(unusable.to_string());
+    }
+
+    fn count(&self, kinds: &[Kind]) -> Result<u64, StoreError> {
+        self.store.count(&Filter {
+            kinds: kinds.to_vec(),
+            ..self.filter()
+        })
+    }
+
+    /// One line on what is known, for the start of a REPL.
+    pub fn known_summary(&self) -> Result<String, MemoryError> {
+        let facts = self.count(&[Kind::Fact])?;
+        let preferences = self.count(&[Kind::Preference])?;
+        let episodes = self.count(&[Kind::Episode])?;
+        if facts + preferences + episodes == 0 {
+            return Ok("I don't remember anything about you yet.".to_string());
+        }
+        let plural =
+            |n: u64, one: &str, many: &str| format!("{n} {}", if n == 1 { one } else { many });
+        Ok(format!(
+            "I remember {}, {} and {} about you.",
+            plural(facts, "fact", "facts"),
+            plural(preferences, "preference", "preferences"),
+            plural(episodes, "episode", "episodes")
+        ))
+    }
+
+    /// The profile, the last 10 episodes and counts, for `/memory`.
+    pub fn overview(&self) -> Result<MemoryOverview, MemoryError> {
+        let profile = merge::current_profile(self.store.as_ref(), &self.user, PROFILE_LIMIT)?;
+        let (facts, preferences) = profile.into_iter().partition(|m| m.kind == Kind::Fact);
+        let recent_episodes = self.store.list(
+            &Filter {
+                kinds: vec![Kind::Episode],
+                ..self.filter()
+            },
+            10,
+            0,
+        )?;
+        let all = self.store.count(&Filter {
+            include_closed: true,
+            ..self.filter()
+        })?;
+        let current = self.store.count(&self.filter())?;
+        Ok(MemoryOverview {
+            user: self.user.clone(),
+            facts,
+            preferences,
+            recent_episodes,
+            episode_count: self.count(&[Kind::Episode])?,
+            note_count: self.count(&[Kind::Note])?,
+            closed_count: all.saturating_sub(current),
+        })
+    }
+
+    /// Erases this user's memories (and their history) and the markdown files (MEMORY.md, daily
+    /// notes, the log of unusable answers). Returns how many memories went.
+    pub fn forget(&self) -> Result<u64, MemoryError> {
+        let removed = self.store.forget_user(&self.user)?;
+        self.mirror.remove_all()?;
+        let log = self.rejected_log_path();
+        match std::fs::remove_file(&log) {
+            Ok(()) => {}
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+            Err(source) => {
+                return Err(MirrorError {
+                    action: "remove",
+                    path: log,
+                    source,
+                }
+                .into());
+            }
+        }
+        if let Ok(mut synced) = self.long_term_synced.lock() {
+            *synced = None;
+        }
+        Ok(removed)
+    }
+
+    /// Appends a line (`HH:MM text`) to today's daily note (memory/YYYY-MM-DD.md); atomic write.
+    pub fn append_daily_note(&self, text: &str, now: Timestamp) -> Result<(), MemoryError> {
+        let local = now.to_zoned(self.time_zone.clone());
+        let line = format!("{} {}", local.strftime("%H:%M"), text.trim());
+        Ok(self.mirror.append_daily(local.date(), &line)?)
+    }
+
+    /// Invalidates (keeping history) old unimportant episodes and expired memories, or only
+    /// lists them when `dry_run`.
+    pub fn cleanup(
+        &self,
+        rule: &CleanupRule,
+        now: Timestamp,
+        dry_run: bool,
+    ) -> Result<CleanupReport, MemoryError> {
+        Ok(maintenance::cleanup(
+            self.store.as_ref(),
+            &self.user,
+            rule,
+            now,
+            dry_run,
+            ACTOR,
+        )?)
+    }
+
+    /// Has the model condense the profile into fewer entries; the old ones are invalidated.
+    pub async fn compact(&self, now: Timestamp) -> Result<CompactReport, MemoryError> {
+        let Some(model) = &self.model else {
+            return Err(MemoryError::NoModel("compacting the profile"));
+        };
+        maintenance::compact_profile(self.store.as_ref(), model.as_ref(), &self.user, now, ACTOR)
+            .await
+    }
+
+    /// The workspace the markdown files live under.
+    pub fn workspace(&self) -> &Path {
+        &self.workspace
+    }
+}
+
+/// The lines of MEMORY.md that carry content: not headings, not blank, not HTML comments, list
+/// markers removed, each once.
+pub fn long_term_chunks(text: &str) -> Vec<String> {
+    let mut seen = HashSet::new();
+    text.lines()
+        .map(str::trim)
+        .filter(|l| !l.is_empty() && !l.starts_with('#') && !l.starts_with("<!--") && *l != "---")
+        .map(|l| {
+            l.trim_start_matches(['-', '*', '+'])
+                .trim_start()
+                .to_string()
+        })
+        .filter(|l| !l.is_empty() && seen.insert(engram_core::normalize_text(l)))
+        .collect()
+}
+
+/// A daily note line without its `HH:MM` time and `[category]` tag: the text the same episode
+/// has in the store, so the two are recognised as one.
+fn daily_body(line: &str) -> &str {
+    let mut rest = line.trim();
+    if let Some((time, after)) = rest.split_once(' ')
+        && time.len() == 5
+        && time.as_bytes()[2] == b':'
+    {
+        rest = after.trim_start();
+    }
+    if rest.starts_with('[')
+        && let Some(end) = rest.find("] ")
+    {
+        rest = &rest[end + 2..];
+    }
+    rest
+}
+
+/// The notes of a daily file: its list items (continuation lines joined), without the heading.
+fn daily_lines(text: &str) -> Vec<String> {
+    let mut lines: Vec<String> = Vec::new();
+    for raw in text.lines() {
+        let trimmed = raw.trim();
+        if trimmed.is_empty() || trimmed.starts_with('#') {
+            continue;
+        }
+        match trimmed.strip_prefix("- ") {
+            Some(item) => lines.push(item.to_string()),
+            None => match lines.last_mut() {
+                Some(last) if raw.starts_with(' ') => {
+                    last.push(' ');
+                    last.push_str(trimmed);
+                }
+                _ => lines.push(trimmed.to_string()),
+            },
+        }
+    }
+    lines
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn long_term_chunks_are_content_lines_once() {
+        let text = "# Long-term memory\n\n- Works at Acme\n* likes tea\n<!-- note -->\n\nWorks  at Acme\n---\nplain line\n";
+        assert_eq!(
+            long_term_chunks(text),
+            vec!["Works at Acme", "likes tea", "plain line"]
+        );
+    }
+
+    #[test]
+    fn daily_bodies_drop_time_and_tag() {
+        assert_eq!(daily_body("09:00 [task_result] Deployed"), "Deployed");
+        assert_eq!(daily_body("09:00 called mum"), "called mum");
+        assert_eq!(daily_body("[x] y"), "y");
+        assert_eq!(daily_body("plain"), "plain");
+    }
+
+    #[test]
+    fn daily_lines_join_continuations() {
+        let text = "# 2024-05-16\n\n- 09:00 a\n- 10:00 b\n  more\n";
+        assert_eq!(daily_lines(text), vec!["09:00 a", "10:00 b more"]);
+    }
+
+    #[test]
+    fn config_defaults_match_the_design() {
+        let c = ManagerConfig::default();
+        assert_eq!(
+            (
+                c.context_budget_tokens,
+                c.min_importance,
+                c.relevant_episodes,
+                c.recent_episodes,
+                c.extract_every_turns,
+                c.model_merge
+            ),
+            (1500, 2, 5, 3, 10, true)
+        );
+        let parsed: ManagerConfig = serde_json::from_str(r#"{"recent_episodes": 1}"#).unwrap();
+        assert_eq!(parsed.recent_episodes, 1);
+        assert_eq!(parsed.context_budget_tokens, 1500);
+    }
+}

@@ -1,0 +1,610 @@
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+//! The memory manager through a real SQLite store, real markdown files and the scripted model
+//! server speaking the real wire formats.
+
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use engram_core::{
+    ChatModel, ChatRequest, Clock, Filter, FixedClock, HistoryKind, Kind, Memory, MemoryStore,
+    Message,
+};
+use engram_llm::Provider;
+use engram_llm::scripted::{ScriptedServer, Turn};
+use engram_memory::context::Section;
+use engram_memory::{ManagerConfig, MemoryManager, Searcher};
+use engram_store::{SqliteStore, StoreOptions};
+use jiff::tz::TimeZone;
+use jiff::{SignedDuration, Timestamp};
+use serde_json::json;
+use tempfile::TempDir;
+
+const USER: &str = "dana";
+
+fn day_one() -> Timestamp {
+    "2024-05-16T15:00:00Z".parse().unwrap()
+}
+
+struct World {
+    dir: TempDir,
+    clock: Arc<FixedClock>,
+    store: Arc<dyn MemoryStore>,
+}
+
+impl World {
+    fn new() -> Self {
+        let dir = TempDir::new().unwrap();
+        let clock = Arc::new(FixedClock::new(day_one()));
+        let store = open_store(&dir, &clock);
+        Self { dir, clock, store }
+    }
+
+    fn workspace(&self) -> PathBuf {
+        self.dir.path().join("workspace")
+    }
+
+    /// A manager as a new process would build it (its own store handle).
+    fn manager(&self, model: Option<Arc<dyn ChatModel>>, config: ManagerConfig) -> MemoryManager {
+        let store = open_store(&self.dir, &self.clock);
+        let searcher = Searcher::new(store.clone()).with_clock(self.clock.clone(), TimeZone::UTC);
+        MemoryManager::new(
+            store,
+            Arc::new(searcher),
+            model,
+            self.workspace(),
+            USER.to_string(),
+            config,
+        )
+        .with_time_zone(TimeZone::UTC)
+    }
+
+    fn current(&self, kinds: &[Kind]) -> Vec<Memory> {
+        let filter = Filter {
+            kinds: kinds.to_vec(),
+            ..Filter::user(USER)
+        };
+        self.store.list(&filter, 1000, 0).unwrap()
+    }
+
+    fn everything(&self, kinds: &[Kind]) -> Vec<Memory> {
+        let filter = Filter {
+            kinds: kinds.to_vec(),
+            include_closed: true,
+            ..Filter::user(USER)
+        };
+        self.store.list(&filter, 1000, 0).unwrap()
+    }
+}
+
+fn open_store(dir: &TempDir, clock: &Arc<FixedClock>) -> Arc<dyn MemoryStore> {
+    Arc::new(
+        SqliteStore::open_with(
+            dir.path().join("engram.db"),
+            StoreOptions {
+                clock: clock.clone(),
+                ..StoreOptions::default()
+            },
+        )
+        .unwrap(),
+    )
+}
+
+async fn scripted(provider: Provider, turns: Vec<Turn>) -> (ScriptedServer, Arc<dyn ChatModel>) {
+    let server = ScriptedServer::start(turns).await.unwrap();
+    let model = engram_llm::build(server.client_config(provider)).unwrap();
+    (server, model)
+}
+
+fn json_turn(value: serde_json::Value) -> Turn {
+    Turn::text(value.to_string())
+}
+
+fn session_one() -> Vec<Message> {
+    vec![
+        Message::system("You are engram's assistant."),
+        Message::user("Hi! I'm a backend developer, I work with Python 3.12 and FastAPI."),
+        Message::assistant("Nice to meet you. What are you working on?"),
+        Message::user(
+            "Can you help me split my FastAPI app into routers? I did the models yesterday.",
+        ),
+        Message::tool_result("call_1", "ls output: app/main.py app/models.py"),
+        Message::assistant(
+            "Sure: create app/routers/, one module per resource, and include them in main.py.",
+        ),
+    ]
+}
+
+fn profile_answer(facts: serde_json::Value, preferences: serde_json::Value) -> Turn {
+    json_turn(json!({"facts": facts, "preferences": preferences}))
+}
+
+#[tokio::test]
+async fn two_sessions_the_second_knows_what_the_first_learned() {
+    for provider in [Provider::OpenAi, Provider::Anthropic] {
+        let world = World::new();
+        let (server, model) = scripted(
+            provider,
+            vec![
+                json_turn(json!({"episodes": [{
+                    "summary": "Helped the user split their FastAPI app into routers after they finished the models yesterday",
+                    "category": "task_result", "importance": 3}]})),
+                profile_answer(
+                    json!([{"key": "role", "value": "backend developer"},
+                           {"key": "Programming Language", "value": "Python 3.12"},
+                           {"key": "web_framework", "value": "FastAPI"}]),
+                    json!([]),
+                ),
+            ],
+        )
+        .await;
+
+        // Session one: extraction after the conversation.
+        let first = world.manager(Some(model.clone()), ManagerConfig::default());
+        let report = first
+            .extract_and_merge(&session_one(), "cli:direct", day_one())
+            .await
+            .unwrap();
+        assert_eq!(report.episodes_added, 1, "{report:?}");
+        assert_eq!(report.facts_added, 3, "{report:?}");
+        assert!(report.unusable.is_empty());
+        // Nothing similar was known: no merge call, just the two extraction calls.
+        let requests = server.requests();
+        assert_eq!(requests.len(), 2);
+        let body = requests[0].body.to_string();
+        assert!(
+            body.contains("2024-05-16 (Thursday)"),
+            "the prompt gives the conversation's date"
+        );
+        assert!(body.contains("did the models yesterday"));
+        assert!(
+            !body.contains("ls output"),
+            "tool results are not shown to the extractor"
+        );
+        assert!(
+            !body.contains("engram's assistant"),
+            "system messages are not shown either"
+        );
+        if provider == Provider::OpenAi {
+            assert_eq!(requests[0].body["response_format"]["type"], "json_object");
+        }
+        let episode = &world.current(&[Kind::Episode])[0];
+        assert!(
+            episode.text.contains("yesterday (2024-05-15)"),
+            "{}",
+            episode.text
+        );
+        assert_eq!(episode.category.as_deref(), Some("task_result"));
+        assert_eq!(episode.metadata["session"], "cli:direct");
+        let facts = world.current(&[Kind::Fact]);
+        assert!(
+            facts
+                .iter()
+                .any(|f| f.text == "programming_language: Python 3.12"
+                    && f.metadata["key"] == "programming_language")
+        );
+        // The episode went to the daily note too.
+        let note = first
+            .mirror()
+            .read_daily("2024-05-16".parse().unwrap())
+            .unwrap()
+            .unwrap();
+        assert!(note.starts_with("# 2024-05-16\n"));
+        assert!(note.contains("15:00 [task_result] Helped the user split"));
+
+        // Session two, the next day, in a new process: the memory block carries the facts.
+        world.clock.set("2024-05-17T09:00:00Z".parse().unwrap());
+        let second = world.manager(Some(model.clone()), ManagerConfig::default());
+        assert_eq!(
+            second.known_summary().unwrap(),
+            "I remember 3 facts, 0 preferences and 1 episode about you."
+        );
+        let block = second
+            .context_block(
+                "Which test framework should I use for my routers?",
+                "2024-05-17T09:00:00Z".parse().unwrap(),
+            )
+            .await
+            .unwrap()
+            .unwrap();
+        for fact in [
+            "role: backend developer",
+            "programming_language: Python 3.12",
+            "web_framework: FastAPI",
+        ] {
+            assert!(
+                block.text.contains(fact),
+                "{fact} missing from\n{}",
+                block.text
+            );
+        }
+        assert!(block.text.contains("2024-05-16: Helped the user split"));
+        assert!(
+            block.text.contains("the user's\ncurrent words win")
+                || block.text.contains("current words win")
+        );
+        assert_eq!(block.count(Section::Profile), 3);
+        assert!(block.tokens <= 1500);
+
+        // The request sent to the model with that block carries the facts.
+        server.push(Turn::text("pytest, with httpx's AsyncClient for FastAPI."));
+        model
+            .chat(&ChatRequest::new(vec![
+                Message::system("You are engram's assistant."),
+                Message::system(block.text.clone()),
+                Message::user("Which test framework should I use for my routers?"),
+            ]))
+            .await
+            .unwrap();
+        let sent = server.requests().last().unwrap().body.to_string();
+        assert!(sent.contains("programming_language: Python 3.12"));
+        assert!(sent.contains("web_framework: FastAPI"));
+    }
+}
+
+#[tokio::test]
+async fn a_changed_preference_leaves_one_current_fact_and_the_old_one_in_history() {
+    for model_merge in [true, false] {
+        let world = World::new();
+        let mut turns = vec![
+            json_turn(json!({"episodes": []})),
+            profile_answer(
+                json!([]),
+                json!([{"key": "answer_style", "value": "detailed answers with examples"}]),
+            ),
+            json_turn(json!({"episodes": []})),
+            profile_answer(
+                json!([]),
+                json!([{"key": "Answer Style", "value": "short answers"}]),
+            ),
+        ];
+        if model_merge {
+            turns.push(json_turn(
+                json!({"decisions": [{"new": "a", "event": "UPDATE", "id": 0}]}),
+            ));
+        }
+        let (server, model) = scripted(Provider::OpenAi, turns).await;
+        let config = ManagerConfig {
+            model_merge,
+            ..ManagerConfig::default()
+        };
+        let manager = world.manager(Some(model), config);
+        manager
+            .extract_and_merge(&session_one(), "cli:direct", day_one())
+            .await
+            .unwrap();
+        world.clock.advance(SignedDuration::from_hours(24));
+        let report = manager
+            .extract_and_merge(&session_one(), "cli:direct", world.clock.now())
+            .await
+            .unwrap();
+        assert_eq!(
+            (report.facts_added, report.facts_superseded),
+            (1, 1),
+            "{report:?}"
+        );
+        assert_eq!(report.decided_by_model, usize::from(model_merge));
+
+        let current = world.current(&[Kind::Preference]);
+        assert_eq!(current.len(), 1);
+        assert_eq!(current[0].text, "answer_style: short answers");
+        let all = world.everything(&[Kind::Preference]);
+        assert_eq!(all.len(), 2);
+        let old = all.iter().find(|m| m.text.contains("detailed")).unwrap();
+        assert!(old.valid_to.is_some());
+        let history = world.store.history(old.id).unwrap();
+        assert!(history.iter().any(|h| h.event == HistoryKind::Invalidate));
+        if model_merge {
+            // The model saw the known entry under a small id, never its real id.
+            let merge_prompt = server.requests().last().unwrap().body.to_string();
+            assert!(
+                merge_prompt
+                    .contains("[0] (preference) answer_style: detailed answers with examples")
+            );
+            assert!(!merge_prompt.contains(&old.id.to_string()));
+        }
+        let block = manager
+            .context_block("hello", world.clock.now())
+            .await
+            .unwrap()
+            .unwrap();
+        assert!(block.text.contains("short answers") && !block.text.contains("detailed answers"));
+    }
+}
+
+#[tokio::test]
+async fn the_model_merge_keeps_an_addition_apart_from_a_replacement_and_delete_only_closes() {
+    let world = World::new();
+    let (_server, model) = scripted(
+        Provider::Anthropic,
+        vec![
+            json_turn(json!({"episodes": []})),
+            profile_answer(
+                json!([{"key": "programming_language", "value": "Python 3.9"},
+                       {"key": "container_tool", "value": "Docker"}]),
+                json!([]),
+            ),
+            json_turn(json!({"episodes": []})),
+            profile_answer(
+                json!([{"key": "programming_language", "value": "Go"},
+                       {"key": "programming_language_version", "value": "Python 3.12"},
+                       {"key": "container_tool", "value": "no longer uses Docker"}]),
+                json!([]),
+            ),
+            // Known entries are listed same-key first: [0] Python 3.9, [1] Docker.
+            json_turn(json!({"decisions": [
+                {"new": "a", "event": "ADD", "id": null},
+                {"new": "b", "event": "UPDATE", "id": 0},
+                {"new": "c", "event": "DELETE", "id": 1}]})),
+        ],
+    )
+    .await;
+    let manager = world.manager(Some(model), ManagerConfig::default());
+    manager
+        .extract_and_merge(&session_one(), "s1", day_one())
+        .await
+        .unwrap();
+    let report = manager
+        .extract_and_merge(&session_one(), "s2", day_one())
+        .await
+        .unwrap();
+    assert_eq!(report.decided_by_model, 3, "{report:?}");
+    assert_eq!(
+        (
+            report.facts_added,
+            report.facts_superseded,
+            report.facts_deleted
+        ),
+        (2, 1, 1)
+    );
+    let mut current: Vec<String> = world
+        .current(&[Kind::Fact])
+        .into_iter()
+        .map(|m| m.text)
+        .collect();
+    current.sort();
+    assert_eq!(
+        current,
+        vec![
+            "programming_language: Go",
+            "programming_language_version: Python 3.12"
+        ]
+    );
+    // Nothing was destroyed: the replaced and the deleted entries are closed, not gone.
+    assert_eq!(world.everything(&[Kind::Fact]).len(), 4);
+}
+
+#[tokio::test]
+async fn malformed_extraction_output_is_repaired_or_kept_aside_never_a_crash() {
+    let repaired = [
+        "```json\n{\"episodes\": [{\"summary\": \"Fixed the flaky login test\", \"category\": \"task_result\", \"importance\": 4}]}\n```",
+        "Here is the JSON you asked for:\n{\"episodes\": [{\"summary\": \"Fixed the flaky login test\", \"category\": \"task_result\", \"importance\": 4}]}\nLet me know!",
+        "{episodes: [{summary: 'Fixed the flaky login test', category: 'task_result', importance: 4,}]",
+    ];
+    for answer in repaired {
+        let world = World::new();
+        let (_server, model) = scripted(
+            Provider::OpenAi,
+            vec![
+                Turn::text(answer),
+                Turn::text("{\"facts\": [], \"preferences\": []}"),
+            ],
+        )
+        .await;
+        let manager = world.manager(Some(model), ManagerConfig::default());
+        let report = manager
+            .extract_and_merge(&session_one(), "s", day_one())
+            .await
+            .unwrap();
+        assert_eq!(report.episodes_added, 1, "{answer}: {report:?}");
+        assert!(report.unusable.is_empty());
+    }
+
+    let garbage = [
+        "I'm sorry, I can't help with that.",
+        "{\"result\": \"ok\"}",
+        "\u{1}\u{2}}{][",
+        "{\"facts\": \"Python\"}",
+    ];
+    for answer in garbage {
+        let world = World::new();
+        let (_server, model) = scripted(
+            Provider::OpenAi,
+            vec![Turn::text(answer), Turn::text(answer)],
+        )
+        .await;
+        let manager = world.manager(Some(model), ManagerConfig::default());
+        let report = manager
+            .extract_and_merge(&session_one(), "s", day_one())
+            .await
+            .unwrap();
+        assert_eq!(
+            (report.episodes_added, report.facts_added),
+            (0, 0),
+            "{answer}"
+        );
+        assert_eq!(report.unusable.len(), 2, "{answer}: {report:?}");
+        let log = std::fs::read_to_string(report.rejected_log.unwrap()).unwrap();
+        let first: serde_json::Value = serde_json::from_str(log.lines().next().unwrap()).unwrap();
+        assert_eq!(first["raw"], answer);
+        assert_eq!(first["call"], "episodes");
+        assert!(world.everything(&[]).is_empty());
+    }
+
+    // A merge answer that cannot be used falls back to the key rule.
+    let world = World::new();
+    let (_server, model) = scripted(
+        Provider::OpenAi,
+        vec![
+            json_turn(json!({"episodes": []})),
+            profile_answer(json!([{"key": "editor", "value": "vim"}]), json!([])),
+            json_turn(json!({"episodes": []})),
+            profile_answer(json!([{"key": "editor", "value": "helix"}]), json!([])),
+            Turn::text("UPDATE the first one I guess"),
+        ],
+    )
+    .await;
+    let manager = world.manager(Some(model), ManagerConfig::default());
+    manager
+        .extract_and_merge(&session_one(), "s", day_one())
+        .await
+        .unwrap();
+    let report = manager
+        .extract_and_merge(&session_one(), "s", day_one())
+        .await
+        .unwrap();
+    assert_eq!(
+        (
+            report.facts_added,
+            report.facts_superseded,
+            report.decided_by_model
+        ),
+        (1, 1, 0)
+    );
+    assert_eq!(report.unusable.len(), 1);
+    assert_eq!(world.current(&[Kind::Fact])[0].text, "editor: helix");
+}
+
+#[tokio::test]
+async fn short_conversations_and_missing_models_extract_nothing() {
+    let world = World::new();
+    let (server, model) = scripted(Provider::OpenAi, vec![]).await;
+    let manager = world.manager(Some(model), ManagerConfig::default());
+    let short = vec![Message::user("hi"), Message::assistant("hello")];
+    let report = manager
+        .extract_and_merge(&short, "s", day_one())
+        .await
+        .unwrap();
+    assert!(report.skipped.unwrap().contains("exchanges"));
+    assert!(server.requests().is_empty());
+    let without = world.manager(None, ManagerConfig::default());
+    let report = without
+        .extract_and_merge(&session_one(), "s", day_one())
+        .await
+        .unwrap();
+    assert!(report.skipped.unwrap().contains("model"));
+    assert_eq!(
+        without.context_block("anything", day_one()).await.unwrap(),
+        None
+    );
+}
+
+#[tokio::test]
+async fn an_edited_memory_md_is_seen_on_the_next_turn_and_indexed() {
+    let world = World::new();
+    let manager = world.manager(None, ManagerConfig::default());
+    let path = manager.mirror().long_term_path();
+    std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+    std::fs::write(
+        &path,
+        "# Long-term memory\n\n- Deploys to Fly.io every Friday\n- Team lead is Priya\n",
+    )
+    .unwrap();
+
+    let block = manager
+        .context_block("when do we deploy?", day_one())
+        .await
+        .unwrap()
+        .unwrap();
+    assert!(
+        block
+            .text
+            .contains("## Long-term notes (MEMORY.md)\n- Deploys to Fly.io every Friday")
+    );
+    let notes = world.current(&[Kind::Note]);
+    assert_eq!(notes.len(), 2);
+    assert!(
+        notes
+            .iter()
+            .all(|n| n.metadata["source_file"] == "MEMORY.md")
+    );
+
+    // A person edits the file between two turns.
+    std::fs::write(
+        &path,
+        "# Long-term memory\n\n- Deploys to Render every Monday\n- Team lead is Priya\n",
+    )
+    .unwrap();
+    let block = manager
+        .context_block("when do we deploy?", day_one())
+        .await
+        .unwrap()
+        .unwrap();
+    assert!(block.text.contains("Deploys to Render every Monday"));
+    assert!(!block.text.contains("Fly.io"));
+    let mut current: Vec<String> = world
+        .current(&[Kind::Note])
+        .into_iter()
+        .map(|m| m.text)
+        .collect();
+    current.sort();
+    assert_eq!(
+        current,
+        vec!["Deploys to Render every Monday", "Team lead is Priya"]
+    );
+    // The old line is closed, not gone; the new one is searchable.
+    assert_eq!(world.everything(&[Kind::Note]).len(), 3);
+    let hits = world
+        .store
+        .search_lexical(&Filter::user(USER), "Render", 5)
+        .unwrap();
+    assert_eq!(hits.len(), 1);
+
+    // A new process syncs again without duplicating anything.
+    let again = world.manager(None, ManagerConfig::default());
+    again.context_block("hi", day_one()).await.unwrap();
+    assert_eq!(world.everything(&[Kind::Note]).len(), 3);
+
+    // Removing the file closes its notes.
+    std::fs::remove_file(&path).unwrap();
+    assert_eq!(
+        again.context_block("deploy", day_one()).await.unwrap(),
+        None
+    );
+    assert!(world.current(&[Kind::Note]).is_empty());
+}
+
+#[tokio::test]
+async fn daily_notes_overview_and_forget() {
+    let world = World::new();
+    let manager = world.manager(None, ManagerConfig::default());
+    manager
+        .append_daily_note("Decided to move CI to GitHub Actions", day_one())
+        .unwrap();
+    let block = manager
+        .context_block("ci", day_one())
+        .await
+        .unwrap()
+        .unwrap();
+    assert!(
+        block
+            .text
+            .contains("## Today's notes\n- 15:00 Decided to move CI to GitHub Actions")
+    );
+    // Tomorrow it is no longer today's note.
+    let tomorrow = day_one() + SignedDuration::from_hours(24);
+    assert_eq!(manager.context_block("ci", tomorrow).await.unwrap(), None);
+
+    world
+        .store
+        .add(
+            engram_core::NewMemory::new(engram_core::Scope::user(USER), "role: designer")
+                .with_kind(Kind::Fact),
+            "test",
+        )
+        .unwrap();
+    let overview = manager.overview().unwrap();
+    assert_eq!(overview.facts.len(), 1);
+    assert!(overview.to_string().contains("Facts:\n  - role: designer"));
+    assert_eq!(manager.forget().unwrap(), 1);
+    assert!(world.everything(&[]).is_empty());
+    assert!(
+        !manager
+            .mirror()
+            .daily_path("2024-05-16".parse().unwrap())
+            .exists()
+    );
+    assert_eq!(
+        manager.known_summary().unwrap(),
+        "I don't remember anything about you yet."
+    );
+}
