@@ -80,6 +80,10 @@ Examples:
     Chat(crate::commands::chat::ChatArgs),
     /// Give the agent one task; the answer goes to stdout, tool activity to stderr.
     Run(crate::commands::run::RunArgs),
+    /// Long-term memory maintenance: cleanup of old unimportant episodes and expired memories,
+    /// compaction of a long profile.
+    #[command(subcommand)]
+    Memory(crate::commands::memory_admin::MemoryCommand),
     /// Measure engram's speed.
     #[command(subcommand)]
     Bench(BenchCommand),
@@ -284,6 +288,8 @@ pub enum BenchCommand {
     Embed(crate::bench::embed::BenchEmbedArgs),
     /// Agent loop: overhead per step, streamed token to output, `engram run` start to first request.
     Agent(crate::bench::agent::BenchAgentArgs),
+    /// The memory manager: context block at scale, a turn's added latency, tokens per turn.
+    Context(crate::bench::context::BenchContextArgs),
     /// Scheduler: next-run computation for many jobs, gateway idle CPU, due-job start lag.
     Scheduler(crate::bench::scheduler::BenchSchedulerArgs),
     /// Server: search and batch-ingest throughput over HTTP with a real load generator (wrk).

@@ -1,6 +1,7 @@
 //! `engram bench`: speed and quality measurements recorded in BENCHMARKS.md.
 
 pub mod agent;
+pub mod context;
 pub mod embed;
 pub mod hybrid;
 pub mod locomo;
@@ -24,6 +25,7 @@ pub fn run(ctx: &Context, command: BenchCommand) -> Result<Status> {
         BenchCommand::Hybrid(args) => hybrid::run(ctx, args),
         BenchCommand::Embed(args) => embed::run(ctx, args),
         BenchCommand::Agent(args) => agent::run(ctx, args),
+        BenchCommand::Context(args) => context::run(ctx, args),
         BenchCommand::Scheduler(args) => scheduler::run(ctx, args),
         BenchCommand::Server(args) => server::run(ctx, args),
         BenchCommand::Mcp(args) => mcp::run(ctx, args),

@@ -9,6 +9,7 @@ pub mod import_export;
 pub mod markdown;
 pub mod mcp;
 mod memory;
+pub mod memory_admin;
 pub mod model;
 pub mod onboard;
 pub mod retrieval;
@@ -59,6 +60,7 @@ pub fn run(cli: Cli) -> Result<Status> {
         Command::Model(command) => model::run(&ctx, command),
         Command::Chat(args) => chat::chat(&ctx, args),
         Command::Run(args) => run::run(&ctx, args),
+        Command::Memory(command) => memory_admin::run(&ctx, command),
         Command::Bench(command) => crate::bench::run(&ctx, command),
         Command::Cron(command) => cron::run(&ctx, command),
         Command::Gateway(args) => gateway::run(&ctx, args),
