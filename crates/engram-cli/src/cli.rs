@@ -80,6 +80,9 @@ Examples:
     Chat(crate::commands::chat::ChatArgs),
     /// Give the agent one task; the answer goes to stdout, tool activity to stderr.
     Run(crate::commands::run::RunArgs),
+    /// Conversations kept by `engram chat` and `engram run`: list, show, delete.
+    #[command(subcommand)]
+    Sessions(crate::commands::sessions::SessionsCommand),
     /// Long-term memory maintenance: cleanup of old unimportant episodes and expired memories,
     /// compaction of a long profile.
     #[command(subcommand)]

@@ -3,6 +3,7 @@
 //! - `[llm]`: which model and how ([`engram_llm::LlmConfig`], with its environment overrides).
 //! - `[agent]`: how the agent runs ([`AgentSettings`]).
 //! - `[embed]`: which embedding model ([`engram_embed::EmbedConfig`]).
+//! - `[memory]`: the memory manager and the working memory's budget ([`MemorySettings`]).
 //! - `[scheduler]`, `[search]`: read by their commands through [`Config::section`].
 //!
 //! A file that does not parse is a one-line error naming the file, the line and the column; it
@@ -26,7 +27,7 @@ use crate::exit::{Failure, Status};
 pub const CONFIG_FILE: &str = "config.toml";
 
 /// The sections engram reads. A part of engram that adds one adds its name here.
-const KNOWN_SECTIONS: [&str; 7] = [
+const KNOWN_SECTIONS: [&str; 8] = [
     "llm",
     "agent",
     "scheduler",
@@ -34,6 +35,7 @@ const KNOWN_SECTIONS: [&str; 7] = [
     "search",
     "server",
     "mcp",
+    "memory",
 ];
 
 /// How tools are offered to the model, as configured.
@@ -63,6 +65,61 @@ pub struct AgentSettings {
     pub workspace: Option<PathBuf>,
 }
 
+/// The `[memory]` section: the memory manager and the working memory's budget. Every key is
+/// optional; unset keys take the defaults of [`engram_memory::ManagerConfig`] and
+/// [`engram_memory::working::WorkingConfig`].
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct MemorySettings {
+    /// The memory block injected each turn is cut to this many tokens (default 1500).
+    pub context_budget_tokens: Option<usize>,
+    /// Episodes below this importance (1-5) are not brought back (default 2).
+    pub min_importance: Option<u8>,
+    /// Relevant episodes per turn (default 5).
+    pub relevant_episodes: Option<usize>,
+    /// Recent episodes per turn, besides the relevant ones (default 3).
+    pub recent_episodes: Option<usize>,
+    /// Extract memories every this many turns (default 10; 0: only at the session's end and
+    /// on /new).
+    pub extract_every_turns: Option<u32>,
+    /// Let the model decide ADD / UPDATE / DELETE / NONE against known entries (default true).
+    pub model_merge: Option<bool>,
+    /// The model's context window in tokens (default 32768).
+    pub context_window: Option<usize>,
+    /// Tokens kept free for the answer (default 4096).
+    pub reply_reserve: Option<usize>,
+    /// The longest running summary of older turns, in tokens (default 800).
+    pub summary_max_tokens: Option<usize>,
+}
+
+impl MemorySettings {
+    /// The memory manager's settings.
+    pub fn manager(&self) -> engram_memory::ManagerConfig {
+        let d = engram_memory::ManagerConfig::default();
+        engram_memory::ManagerConfig {
+            context_budget_tokens: self
+                .context_budget_tokens
+                .unwrap_or(d.context_budget_tokens),
+            min_importance: self.min_importance.unwrap_or(d.min_importance),
+            relevant_episodes: self.relevant_episodes.unwrap_or(d.relevant_episodes),
+            recent_episodes: self.recent_episodes.unwrap_or(d.recent_episodes),
+            extract_every_turns: self.extract_every_turns.unwrap_or(d.extract_every_turns),
+            model_merge: self.model_merge.unwrap_or(d.model_merge),
+        }
+    }
+
+    /// The working memory's budget.
+    pub fn working(&self) -> engram_memory::working::WorkingConfig {
+        let d = engram_memory::working::WorkingConfig::default();
+        engram_memory::working::WorkingConfig {
+            context_window: self.context_window.unwrap_or(d.context_window),
+            reply_reserve: self.reply_reserve.unwrap_or(d.reply_reserve),
+            summary_max_tokens: self.summary_max_tokens.unwrap_or(d.summary_max_tokens),
+            target_percent: d.target_percent,
+        }
+    }
+}
+
 /// The whole configuration.
 #[derive(Debug, Clone, Default)]
 pub struct Config {
@@ -72,6 +129,8 @@ pub struct Config {
     pub llm: LlmConfig,
     /// `[agent]`.
     pub agent: AgentSettings,
+    /// `[memory]`.
+    pub memory: MemorySettings,
     /// `[embed]`.
     #[allow(dead_code)] // the retrieval commands read it through `section("embed")` for now
     pub embed: EmbedConfig,
@@ -123,10 +182,13 @@ impl Config {
             typed_section::<AgentSettings>(root.get_mut(), "agent", path, text, &mut warnings)?;
         let embed =
             typed_section::<EmbedConfig>(root.get_mut(), "embed", path, text, &mut warnings)?;
+        let memory =
+            typed_section::<MemorySettings>(root.get_mut(), "memory", path, text, &mut warnings)?;
         Ok(Config {
             path: path.to_path_buf(),
             llm,
             agent,
+            memory,
             embed,
             warnings,
             text: Some(text.to_string()),
@@ -267,6 +329,23 @@ mod tests {
             }
         );
         assert!(config.warnings.is_empty(), "{:?}", config.warnings);
+    }
+
+    #[test]
+    fn the_memory_section_feeds_the_manager_and_the_working_memory() {
+        let config = parse(
+            "[memory]\nextract_every_turns = 3\ncontext_window = 8000\nreply_reserve = 1000\nmodel_merge = false\nbudget = 1\n",
+        )
+        .unwrap();
+        let manager = config.memory.manager();
+        assert_eq!(manager.extract_every_turns, 3);
+        assert!(!manager.model_merge);
+        assert_eq!(manager.context_budget_tokens, 1500);
+        let working = config.memory.working();
+        assert_eq!(working.request_budget(), 7000);
+        assert_eq!(config.warnings.len(), 1, "{:?}", config.warnings);
+        assert!(config.warnings[0].contains("unknown key 'budget' in [memory]"));
+        assert_eq!(parse("").unwrap().memory.working(), Default::default());
     }
 
     #[test]

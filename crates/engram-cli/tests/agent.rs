@@ -478,6 +478,9 @@ fn chat_keeps_a_conversation_with_commands_and_multi_line_input() {
         Turn::text("The workspace is empty."),
         Turn::text("Got two lines."),
         Turn::text("Got a block."),
+        // /new extracts memories from the conversation first: episodes, then the profile.
+        Turn::text(r#"{"episodes": []}"#),
+        Turn::text(r#"{"facts": [], "preferences": []}"#),
         Turn::text("Fresh start."),
     ])
     .unwrap();
@@ -527,7 +530,7 @@ fn chat_keeps_a_conversation_with_commands_and_multi_line_input() {
     assert!(stderr.contains("(new conversation)"), "{stderr}");
 
     let requests = server.requests();
-    assert_eq!(requests.len(), 6, "/exit stops before 'never sent'");
+    assert_eq!(requests.len(), 8, "/exit stops before 'never sent'");
     let last_user = |n: usize| {
         requests[n]
             .messages()
@@ -551,7 +554,7 @@ fn chat_keeps_a_conversation_with_commands_and_multi_line_input() {
         4
     );
     assert_eq!(
-        requests[5].messages().len(),
+        requests[7].messages().len(),
         2,
         "system prompt and the new message"
     );

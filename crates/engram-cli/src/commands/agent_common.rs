@@ -19,8 +19,15 @@ use engram_agent::{
     Agent, AgentConfig, AgentEvent, CancelToken, DEFAULT_MAX_STEPS, PromptVars, SystemPrompt,
     ToolMode,
 };
+use engram_agent::{RunOutcome, RunState, StoredRunState, TurnHooks};
+use engram_core::{ChatModel, Message, SystemClock};
 use engram_core::{MemoryStore, Scope, ToolCall, ToolOutput, Usage};
 use engram_llm::process_env;
+use engram_memory::session::{Session, SessionKey, SessionRecord};
+use engram_memory::working::{FitOutcome, ModelSummarizer, WorkingConfig};
+use engram_memory::{ExtractionReport, MemoryManager};
+use jiff::Timestamp;
+use std::sync::atomic::{AtomicU32, Ordering};
 
 use super::Context;
 use super::markdown::MarkdownStream;
@@ -134,6 +141,223 @@ pub fn prepare(ctx: &Context, args: &AgentArgs) -> Result<AgentSetup> {
         user,
         config,
     })
+}
+
+/// What memory adds to `engram chat` and `engram run`: the memory manager (context block
+/// before each turn, extraction after), the session the conversation is kept in, and the
+/// working memory's budget.
+pub struct MemorySetup {
+    /// The memory manager for this user.
+    pub manager: Arc<MemoryManager>,
+    /// The turn hooks the agent was given (context and extraction).
+    pub hooks: Arc<MemoryHooks>,
+    /// The session.
+    pub session: Session,
+    /// The working memory's budget.
+    pub working: WorkingConfig,
+    /// The model, for summarising old turns.
+    pub model: Arc<dyn ChatModel>,
+}
+
+/// [`prepare`], plus memory: the manager for the user, the session `session_key` (resumed if
+/// it exists), and the agent's turn hooks.
+pub fn prepare_with_memory(
+    ctx: &Context,
+    args: &AgentArgs,
+    session_key: SessionKey,
+) -> Result<(AgentSetup, MemorySetup)> {
+    let setup = prepare(ctx, args)?;
+    // A second client on the same settings (prepare already checked them).
+    let model = engram_llm::from_config(&setup.config.llm, &process_env).map_err(|e| Failure {
+        status: Status::Usage,
+        message: e.in_file(&setup.config.path).to_string(),
+    })?;
+    let store: Arc<dyn MemoryStore> = Arc::new(ctx.home.open_store()?);
+    let searcher = Arc::new(super::retrieval::searcher(ctx, store.clone(), None)?);
+    let manager = Arc::new(MemoryManager::new(
+        store,
+        searcher,
+        Some(model.clone()),
+        setup.workspace.clone(),
+        setup.user.clone(),
+        setup.config.memory.manager(),
+    ));
+    let mut metadata = serde_json::Map::new();
+    metadata.insert("user".into(), setup.user.clone().into());
+    let session = super::sessions::store(ctx).session(session_key, metadata);
+    let hooks = Arc::new(MemoryHooks::new(manager.clone(), session.clone()));
+    let working = setup.config.memory.working();
+    let setup = AgentSetup {
+        agent: setup.agent.with_hooks(hooks.clone()),
+        ..setup
+    };
+    Ok((
+        setup,
+        MemorySetup {
+            manager,
+            hooks,
+            session,
+            working,
+            model,
+        },
+    ))
+}
+
+impl MemorySetup {
+    /// The conversation's run state: the session file, resumed, with working memory on the
+    /// configured budget. Lines of the file skipped as damaged are reported on stderr.
+    pub fn open_state(&self, tools: Arc<ToolRegistry>) -> Result<StoredRunState> {
+        let state = StoredRunState::open(self.session.clone(), tools, Arc::new(SystemClock))
+            .with_context(|| format!("cannot open the session {}", self.session.key()))?
+            .with_summarizer(
+                Arc::new(ModelSummarizer::new(self.model.clone())),
+                self.working,
+            );
+        for warning in state.warnings() {
+            eprintln!("warning: {warning}");
+        }
+        Ok(state)
+    }
+}
+
+/// Reports what the working memory did during a turn (on stderr).
+pub fn report_fit_outcomes(state: &mut StoredRunState) {
+    for outcome in state.take_fit_outcomes() {
+        match outcome {
+            FitOutcome::Fits => {}
+            FitOutcome::Summarized {
+                messages,
+                tokens_before,
+                tokens_after,
+            } => eprintln!(
+                "(summarised {messages} older messages: the conversation went from {tokens_before} to {tokens_after} tokens)"
+            ),
+            FitOutcome::Archived {
+                messages,
+                archive,
+                error,
+            } => eprintln!(
+                "warning: {error}; {messages} older messages were archived in {archive} and left the context"
+            ),
+            FitOutcome::CannotFit { tokens, budget } => eprintln!(
+                "warning: this turn alone needs {tokens} tokens of conversation, more than the {budget} the context window leaves; the model may refuse it"
+            ),
+        }
+    }
+}
+
+/// The memory manager around each turn: the memory block before it (a system message after
+/// the system prompt), extraction after every N turns in the background.
+pub struct MemoryHooks {
+    manager: Arc<MemoryManager>,
+    session: Session,
+    turns: AtomicU32,
+    tasks: std::sync::Mutex<Vec<tokio::task::JoinHandle<()>>>,
+    /// One extraction at a time, so two never take the same messages.
+    extraction: Arc<tokio::sync::Mutex<()>>,
+}
+
+impl MemoryHooks {
+    /// Hooks for `manager`, extracting from `session`.
+    pub fn new(manager: Arc<MemoryManager>, session: Session) -> Self {
+        Self {
+            manager,
+            session,
+            turns: AtomicU32::new(0),
+            tasks: std::sync::Mutex::new(Vec::new()),
+            extraction: Arc::new(tokio::sync::Mutex::new(())),
+        }
+    }
+
+    /// Starts extraction of the messages not yet extracted, in the background.
+    pub fn spawn_extraction(&self) {
+        let manager = self.manager.clone();
+        let session = self.session.clone();
+        let lock = self.extraction.clone();
+        let task = tokio::spawn(async move {
+            if let Err(e) = extract_pending(&manager, &session, &lock).await {
+                eprintln!("warning: {e:#}");
+            }
+        });
+        if let Ok(mut tasks) = self.tasks.lock() {
+            tasks.retain(|t| !t.is_finished());
+            tasks.push(task);
+        }
+    }
+
+    /// Ends the session's memory work: waits for extractions under way, then extracts what is
+    /// left (awaited). Returns that last extraction's report, if it ran.
+    pub async fn finish(&self) -> Result<Option<ExtractionReport>> {
+        let tasks: Vec<_> = match self.tasks.lock() {
+            Ok(mut tasks) => tasks.drain(..).collect(),
+            Err(_) => Vec::new(),
+        };
+        for task in tasks {
+            let _ = task.await;
+        }
+        extract_pending(&self.manager, &self.session, &self.extraction).await
+    }
+}
+
+#[async_trait::async_trait]
+impl TurnHooks for MemoryHooks {
+    async fn context(&self, input: &str, _state: &dyn RunState) -> Vec<Message> {
+        match self.manager.context_block(input, Timestamp::now()).await {
+            Ok(Some(block)) => vec![Message::system(block.text)],
+            Ok(None) => Vec::new(),
+            Err(e) => {
+                eprintln!("warning: the memory block was left out of this turn: {e}");
+                Vec::new()
+            }
+        }
+    }
+
+    async fn after_turn(&self, _outcome: &RunOutcome, _state: &dyn RunState) {
+        let turns = self.turns.fetch_add(1, Ordering::SeqCst) + 1;
+        let every = self.manager.config().extract_every_turns;
+        if every > 0 && turns.is_multiple_of(every) {
+            self.spawn_extraction();
+        }
+    }
+}
+
+/// Extracts memories from the session's messages after the last extraction and marks them
+/// done in the session file. `None` when there was nothing new (or too little to extract).
+async fn extract_pending(
+    manager: &MemoryManager,
+    session: &Session,
+    lock: &tokio::sync::Mutex<()>,
+) -> Result<Option<ExtractionReport>> {
+    let _one_at_a_time = lock.lock().await;
+    let log = session.load().with_context(|| {
+        format!(
+            "cannot read the session {} to extract from it",
+            session.key()
+        )
+    })?;
+    let messages = log.plain_messages();
+    let from = log.extracted_through().min(messages.len());
+    let pending = &messages[from..];
+    if !pending.iter().any(|m| matches!(m, Message::User { .. })) {
+        return Ok(None);
+    }
+    let now = Timestamp::now();
+    let report = manager
+        .extract_and_merge(pending, session.key().as_str(), now)
+        .await
+        .with_context(|| format!("memory extraction for the session {} failed", session.key()))?;
+    if report.skipped.is_none() {
+        session
+            .append(
+                &[SessionRecord::Extracted {
+                    timestamp: now,
+                    through: messages.len(),
+                }],
+                now,
+            )
+            .with_context(|| format!("cannot mark the session {} as extracted", session.key()))?;
+    }
+    Ok(Some(report))
 }
 
 /// The system prompt: engram's base text, then the workspace's bootstrap files that exist

@@ -7,18 +7,19 @@ use std::path::{Path, PathBuf};
 use anyhow::{Context as _, Result, anyhow};
 use clap::Args;
 use engram_agent::{
-    AgentEvent, CancelToken, InMemoryRunState, RunEnd, RunOutcome, RunState, ToolMode,
+    AgentEvent, CancelToken, RunEnd, RunOutcome, RunState, StoredRunState, ToolMode,
 };
-use engram_core::llm::estimate_tokens;
 use engram_core::{Message, Usage};
+use engram_memory::session::SessionKey;
+use engram_memory::token_count::messages_tokens;
 use rustyline::error::ReadlineError;
 use rustyline::history::MemHistory;
 use rustyline::{Config as EditorConfig, Editor};
 
 use super::Context;
 use super::agent_common::{
-    AgentArgs, AgentSetup, TurnPrinter, cancel_on_ctrl_c, one_line, prepare, runtime, usage_text,
-    use_style,
+    AgentArgs, AgentSetup, MemorySetup, TurnPrinter, cancel_on_ctrl_c, one_line,
+    prepare_with_memory, report_fit_outcomes, runtime, usage_text, use_style,
 };
 use crate::exit::{Status, usage};
 
@@ -36,10 +37,13 @@ const CONTINUATION_PROMPT: &str = ". ";
 pub const CHAT_HELP: &str = "\
 Commands:
   /help     this help
-  /new      start a new conversation (the agent's notes and memory stay)
+  /new      start a new conversation (what was learned is extracted into memory first)
   /history  show this conversation, tool calls included
+  /memory   what engram remembers about you: profile, recent episodes, counts
+  /forget   erase everything engram remembers about you (asks first)
+  /sessions the conversations kept (engram sessions show KEY prints one)
   /stats    model, turns, steps and tokens so far
-  /exit     leave (also /quit, or Ctrl-D)
+  /exit     leave (also /quit, or Ctrl-D); what was learned is extracted first
 
 Multi-line input: end a line with \\ to continue on the next one, or put \"\"\" alone on a line,
 then the text (paste freely), then \"\"\" alone on a line again. Pasted text keeps its newlines.
@@ -54,6 +58,10 @@ ENGRAM_HOME/chat_history.jsonl (up and down arrows, Ctrl-R to search).";
 pub struct ChatArgs {
     #[command(flatten)]
     pub agent: AgentArgs,
+    /// The session to continue or start (`channel:chat_id`; `KEY` alone means `cli:KEY`;
+    /// default `cli:direct`).
+    #[arg(long, value_name = "KEY")]
+    pub session: Option<String>,
 }
 
 /// What the conversation has cost so far.
@@ -85,7 +93,11 @@ pub fn chat(ctx: &Context, args: ChatArgs) -> Result<Status> {
             "engram chat is interactive and has no JSON output; use engram run --json for one task",
         ));
     }
-    let setup = prepare(ctx, &args.agent)?;
+    let key = match &args.session {
+        Some(key) => super::sessions::parse_key(key)?,
+        None => SessionKey::default_cli(),
+    };
+    let (setup, memory) = prepare_with_memory(ctx, &args.agent, key)?;
     let runtime = runtime()?;
     let editor_config = EditorConfig::builder()
         .auto_add_history(false)
@@ -110,7 +122,23 @@ pub fn chat(ctx: &Context, args: ChatArgs) -> Result<Status> {
         setup.workspace.display()
     );
 
-    let mut state = InMemoryRunState::new(setup.tools.clone());
+    let mut state = memory.open_state(setup.tools.clone())?;
+    match memory.manager.known_summary() {
+        Ok(line) => eprintln!("{line}"),
+        Err(e) => eprintln!("warning: cannot read what is known about you: {e}"),
+    }
+    let resumed = state.working().window().len();
+    if resumed > 0 || state.working().summary().is_some() {
+        eprintln!(
+            "(continuing session {}: {resumed} recent messages{})",
+            memory.session.key(),
+            if state.working().summary().is_some() {
+                " and a summary of older ones"
+            } else {
+                ""
+            }
+        );
+    }
     let mut stats = ChatStats::default();
     let mut interrupted = false;
     loop {
@@ -141,21 +169,118 @@ pub fn chat(ctx: &Context, args: ChatArgs) -> Result<Status> {
             Some("exit" | "quit") => break,
             Some("help") => println!("{CHAT_HELP}"),
             Some("new") => {
+                // What this conversation taught is extracted before it is closed (awaited, so
+                // the next conversation's first turn already sees it).
+                eprintln!("(saving what I learned in this conversation…)");
+                if let Err(e) = runtime.block_on(memory.hooks.finish()) {
+                    eprintln!("warning: {e:#}");
+                }
                 runtime.block_on(state.clear())?;
                 stats = ChatStats::default();
                 eprintln!("(new conversation)");
             }
-            Some("history") => print_history(state.messages()),
-            Some("stats") => print_stats(&setup, &stats, state.messages()),
+            Some("history") => print_history(&state.working().context()),
+            Some("stats") => print_stats(&setup, &stats, &state),
+            Some("memory") => match memory.manager.overview() {
+                Ok(overview) => println!("{overview}"),
+                Err(e) => eprintln!("error: cannot read your memory: {e}"),
+            },
+            Some("forget") => forget(ctx, &mut editor, &runtime, &setup, &memory, &mut state)?,
+            Some("sessions") => print_sessions(ctx, &memory),
             Some(other) => eprintln!("unknown command /{other}; /help lists the commands"),
             None => {
                 let outcome = runtime.block_on(turn(&setup, &mut state, &input));
+                report_fit_outcomes(&mut state);
                 stats.add(&outcome);
                 report(&outcome);
             }
         }
     }
+    eprintln!("(saving what I learned in this session…)");
+    match runtime.block_on(memory.hooks.finish()) {
+        Ok(Some(report)) if report.skipped.is_none() => eprintln!(
+            "(remembered {} new episode{}, {} new fact{} or preference{})",
+            report.episodes_added,
+            if report.episodes_added == 1 { "" } else { "s" },
+            report.facts_added,
+            if report.facts_added == 1 { "" } else { "s" },
+            if report.facts_added == 1 { "" } else { "s" },
+        ),
+        Ok(_) => {}
+        Err(e) => eprintln!("warning: {e:#}"),
+    }
     Ok(Status::Success)
+}
+
+/// `/forget`: after a yes, ends the conversation and erases the user's memories, markdown
+/// files and sessions.
+fn forget(
+    ctx: &Context,
+    editor: &mut Editor<(), MemHistory>,
+    runtime: &tokio::runtime::Runtime,
+    setup: &AgentSetup,
+    memory: &MemorySetup,
+    state: &mut StoredRunState,
+) -> Result<()> {
+    let question = format!(
+        "Erase everything engram remembers about {} (memories, MEMORY.md, daily notes, sessions)? [y/N] ",
+        setup.user
+    );
+    let answer = match editor.readline(&question) {
+        Ok(answer) => answer,
+        Err(ReadlineError::Interrupted | ReadlineError::Eof) => String::new(),
+        Err(e) => return Err(anyhow!("cannot read input: {e}")),
+    };
+    if !matches!(answer.trim().to_lowercase().as_str(), "y" | "yes") {
+        eprintln!("(nothing was erased)");
+        return Ok(());
+    }
+    // Extraction still under way would write back what is being erased.
+    if let Err(e) = runtime.block_on(memory.hooks.finish()) {
+        eprintln!("warning: {e:#}");
+    }
+    runtime.block_on(state.clear())?;
+    let erased = memory
+        .manager
+        .forget()
+        .context("cannot erase your memories")?;
+    let store = super::sessions::store(ctx);
+    let mut sessions = 0;
+    for info in store.list()? {
+        if info.user.as_deref() == Some(setup.user.as_str()) && store.delete(&info.key)? {
+            sessions += 1;
+        }
+    }
+    eprintln!(
+        "(erased {erased} memor{} and {sessions} session{} of {})",
+        if erased == 1 { "y" } else { "ies" },
+        if sessions == 1 { "" } else { "s" },
+        setup.user
+    );
+    Ok(())
+}
+
+fn print_sessions(ctx: &Context, memory: &MemorySetup) {
+    match super::sessions::store(ctx).list() {
+        Ok(list) if list.is_empty() => println!("(no sessions)"),
+        Ok(list) => {
+            for info in list {
+                let current = if &info.key == memory.session.key() {
+                    "*"
+                } else {
+                    " "
+                };
+                println!(
+                    "{current} {:<28} {:>4} messages  {}",
+                    info.key.as_str(),
+                    info.messages,
+                    info.updated_at
+                        .map_or_else(|| "-".to_string(), crate::output::local_time)
+                );
+            }
+        }
+        Err(e) => eprintln!("error: {e}"),
+    }
 }
 
 /// Reads one input: a line, lines joined by trailing backslashes, or a `"""` block.
@@ -193,7 +318,7 @@ fn slash_command(input: &str) -> Option<&str> {
     (!word.is_empty() && word.chars().all(|c| c.is_ascii_alphabetic())).then_some(word)
 }
 
-async fn turn(setup: &AgentSetup, state: &mut InMemoryRunState, input: &str) -> RunOutcome {
+async fn turn(setup: &AgentSetup, state: &mut StoredRunState, input: &str) -> RunOutcome {
     let cancel = CancelToken::new();
     let watcher = tokio::spawn(cancel_on_ctrl_c(cancel.clone()));
     let mut printer = TurnPrinter::terminal(true);
@@ -249,7 +374,7 @@ fn print_history(messages: &[Message]) {
     }
 }
 
-fn print_stats(setup: &AgentSetup, stats: &ChatStats, messages: &[Message]) {
+fn print_stats(setup: &AgentSetup, stats: &ChatStats, state: &StoredRunState) {
     let info = setup.agent.model_info();
     let config = setup.agent.config();
     println!(
@@ -282,10 +407,17 @@ fn print_stats(setup: &AgentSetup, stats: &ChatStats, messages: &[Message]) {
             usage_text(usage)
         );
     }
+    let working = state.working();
+    println!("session    {}", state.session().key());
     println!(
-        "history    {} messages, about {} tokens",
-        messages.len(),
-        estimate_tokens(messages)
+        "context    {} messages{}, {} tokens (o200k)",
+        working.window().len(),
+        if working.summary().is_some() {
+            " and a summary of older ones"
+        } else {
+            ""
+        },
+        messages_tokens(&working.context())
     );
 }
 

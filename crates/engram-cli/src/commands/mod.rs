@@ -16,6 +16,7 @@ pub mod retrieval;
 pub mod run;
 mod search;
 pub mod serve;
+pub mod sessions;
 pub mod skills;
 pub mod token;
 
@@ -60,6 +61,7 @@ pub fn run(cli: Cli) -> Result<Status> {
         Command::Model(command) => model::run(&ctx, command),
         Command::Chat(args) => chat::chat(&ctx, args),
         Command::Run(args) => run::run(&ctx, args),
+        Command::Sessions(command) => sessions::run(&ctx, command),
         Command::Memory(command) => memory_admin::run(&ctx, command),
         Command::Bench(command) => crate::bench::run(&ctx, command),
         Command::Cron(command) => cron::run(&ctx, command),

@@ -5,13 +5,15 @@ use std::path::{Path, PathBuf};
 
 use anyhow::{Context as _, Result};
 use clap::Args;
-use engram_agent::{
-    AgentEvent, CancelToken, InMemoryRunState, RunEnd, RunOutcome, RunRecord, RunState,
-};
+use engram_agent::{AgentEvent, CancelToken, RunEnd, RunOutcome, RunRecord, RunState};
+use engram_memory::session::SessionKey;
 use serde_json::json;
 
 use super::Context;
-use super::agent_common::{AgentArgs, TurnPrinter, cancel_on_ctrl_c, prepare, runtime, usage_text};
+use super::agent_common::{
+    AgentArgs, TurnPrinter, cancel_on_ctrl_c, prepare_with_memory, report_fit_outcomes, runtime,
+    usage_text,
+};
 use crate::exit::{Failure, Status, usage};
 
 /// Help shown after `engram run --help`.
@@ -25,7 +27,12 @@ key, rate limited, ...); 2 bad usage or no model configured (the message says wh
 6 the step limit was reached without an answer; 130 cancelled with Ctrl-C (the history is left
 consistent: every tool call has a result).
 
+The run's conversation is kept in a session (ENGRAM_HOME/sessions; see engram sessions): its
+own unless --session names one to continue. What the agent learns is extracted into memory
+before the process exits; later runs and chats see it.
+
 Examples:
+  engram run --session work -m \"What did we decide about the database?\"
   engram run -m \"Summarise notes.md in three bullet points\"
   engram run --workspace ~/project --max-steps 40 -m \"Fix the failing test\" --dump run.json";
 
@@ -42,6 +49,11 @@ pub struct RunArgs {
     /// prompt, the whole conversation with tool calls and results, status, steps and tokens.
     #[arg(long, value_name = "FILE")]
     pub dump: Option<PathBuf>,
+    /// Continue (or start) the session KEY (`channel:chat_id`; `KEY` alone means `cli:KEY`):
+    /// the run sees its conversation and is appended to it. Without it, each run is a session
+    /// of its own, `run:<time>-<pid>`.
+    #[arg(long, value_name = "KEY")]
+    pub session: Option<String>,
 }
 
 /// Runs `engram run`.
@@ -49,11 +61,15 @@ pub fn run(ctx: &Context, args: RunArgs) -> Result<Status> {
     if args.message.trim().is_empty() {
         return Err(usage("the task is empty; pass it with -m \"TASK\""));
     }
-    let setup = prepare(ctx, &args.agent)?;
+    let key = match &args.session {
+        Some(key) => super::sessions::parse_key(key)?,
+        None => one_shot_key()?,
+    };
+    let (setup, memory) = prepare_with_memory(ctx, &args.agent, key)?;
     let runtime = runtime()?;
     let show_answer = !ctx.json;
-    let (outcome, record) = runtime.block_on(async {
-        let mut state = InMemoryRunState::new(setup.tools.clone());
+    let mut state = memory.open_state(setup.tools.clone())?;
+    let (outcome, record, extraction) = runtime.block_on(async {
         let cancel = CancelToken::new();
         let watcher = tokio::spawn(cancel_on_ctrl_c(cancel.clone()));
         let mut printer = TurnPrinter::terminal(show_answer);
@@ -63,9 +79,15 @@ pub fn run(ctx: &Context, args: RunArgs) -> Result<Status> {
             .run_turn(&mut state, &args.message, &cancel, &mut sink)
             .await;
         watcher.abort();
+        report_fit_outcomes(&mut state);
         let record = state.dump().await;
-        (outcome, record)
+        // The session ends with the run: its extraction finishes before the process exits.
+        let extraction = memory.hooks.finish().await;
+        (outcome, record, extraction)
     });
+    if let Err(e) = extraction {
+        eprintln!("warning: {e:#}");
+    }
 
     if let Some(path) = &args.dump {
         let record = record.context("cannot read the run state to dump it")?;
@@ -93,6 +115,16 @@ pub fn run(ctx: &Context, args: RunArgs) -> Result<Status> {
         message: outcome.end.error_message().unwrap_or_default(),
     }
     .into())
+}
+
+/// A session key of its own for a run without `--session`.
+fn one_shot_key() -> Result<SessionKey> {
+    let now = jiff::Zoned::now().strftime("%Y%m%d-%H%M%S%.3f").to_string();
+    Ok(SessionKey::parse(&format!(
+        "run:{}-{}",
+        now.replace('.', ""),
+        std::process::id()
+    ))?)
 }
 
 fn outcome_json(outcome: &RunOutcome) -> serde_json::Value {
