@@ -1,5 +1,6 @@
 //! Tokens and isolation over real HTTP: no token, wrong token, revoked token, config tokens,
-//! another user's memories answered exactly as missing ones, and the loopback rule.
+//! another user's memories answered exactly as missing ones, bad bodies with and without a
+//! token, and the loopback rule.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 mod common;
@@ -341,4 +342,76 @@ async fn listening_beyond_loopback_needs_a_token() {
     assert_eq!(status, 200);
     stop.send(()).unwrap();
     handle.await.unwrap().unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bad_bodies_behind_a_token_are_refused_before_and_after_authentication() {
+    let settings = ServerSettings {
+        max_body_bytes: Some(4096),
+        ..ServerSettings::default()
+    };
+    let server = TestServer::start_with(settings).await;
+    let (_, alice) = server.token(&["alice"]);
+    let post = |body: String, token: Option<&str>| {
+        let mut request = client()
+            .post(server.url("/v1/memories"))
+            .header("content-type", "application/json")
+            .body(body);
+        if let Some(token) = token {
+            request = request.bearer_auth(token);
+        }
+        request.send()
+    };
+    let big = json!({"user_id": "alice", "text": "x".repeat(10_000)}).to_string();
+    // Without a token nothing of the body is read: the door answers first.
+    let (status, body) = json_of(post(big.clone(), None).await.unwrap()).await;
+    assert_eq!((status, code(&body)), (401, "unauthorized"));
+    let (status, body) = json_of(post(big, Some(&alice)).await.unwrap()).await;
+    assert_eq!((status, code(&body)), (413, "payload_too_large"));
+    let (status, body) = json_of(
+        post("{\"user_id\": \"alice\", ".into(), Some(&alice))
+            .await
+            .unwrap(),
+    )
+    .await;
+    assert_eq!((status, code(&body)), (400, "invalid_json"));
+    let (status, body) = json_of(
+        post(
+            json!({"user_id": "alice", "text": "x", "owner": "bob"}).to_string(),
+            Some(&alice),
+        )
+        .await
+        .unwrap(),
+    )
+    .await;
+    assert_eq!((status, code(&body)), (400, "invalid_request"));
+    assert!(
+        body["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("unknown field `owner`"),
+        "{body}"
+    );
+    // A well-formed body naming another user is refused.
+    let (status, body) = json_of(
+        post(
+            json!({"user_id": "bob", "text": "x"}).to_string(),
+            Some(&alice),
+        )
+        .await
+        .unwrap(),
+    )
+    .await;
+    assert_eq!((status, code(&body)), (403, "forbidden"));
+    // Nothing was stored by any of them.
+    let (status, page) = send(
+        &server,
+        reqwest::Method::GET,
+        "/v1/memories?user_id=alice",
+        Some(&alice),
+        None,
+    )
+    .await;
+    assert_eq!(status, 200);
+    assert_eq!(page["memories"].as_array().unwrap().len(), 0, "{page}");
 }

@@ -1,7 +1,8 @@
 //! The agent's MCP client against engram's own MCP server over streamable HTTP (a real server
 //! on 127.0.0.1): tools listed as mcp_<server>_<tool>, registered in the agent's registry and
 //! called through it; a server that goes away gives tool errors that say so, and the client
-//! reconnects when it is back.
+//! reconnects when it is back. A server that accepts connections but never answers, and a tool
+//! that never finishes, are cut off by the connect and call timeouts.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 mod common;
@@ -11,6 +12,18 @@ use engram_agent::tools::ToolRegistry;
 use engram_server::config::{McpServerSettings, McpSettings, ServerSettings};
 use engram_server::mcp_client::McpClients;
 use serde_json::{Value, json};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use rmcp::model::{
+    CallToolRequestParams, CallToolResponse, CallToolResult, ContentBlock, ListToolsResult,
+    PaginatedRequestParams, ServerCapabilities, ServerConfig, Tool,
+};
+use rmcp::service::RequestContext;
+use rmcp::transport::StreamableHttpService;
+use rmcp::transport::streamable_http_server::StreamableHttpServerConfig;
+use rmcp::transport::streamable_http_server::session::local::LocalSessionManager;
+use rmcp::{ErrorData, RoleServer, ServerHandler};
 
 fn settings_for(url: String) -> McpSettings {
     let mut settings = McpSettings::default();
@@ -108,4 +121,114 @@ async fn the_agent_uses_engrams_own_mcp_server_and_survives_it_going_away() {
         found.success && found.content.contains("Alice keeps bees"),
         "{found:?}"
     );
+}
+
+/// An MCP server with two tools: `ping` answers at once, `nap` never finishes.
+#[derive(Clone)]
+struct Sleepy;
+
+impl ServerHandler for Sleepy {
+    fn get_info(&self) -> ServerConfig {
+        ServerConfig::new(ServerCapabilities::builder().enable_tools().build())
+    }
+
+    async fn list_tools(
+        &self,
+        _request: Option<PaginatedRequestParams>,
+        _context: RequestContext<RoleServer>,
+    ) -> Result<ListToolsResult, ErrorData> {
+        let schema = Arc::new(serde_json::Map::from_iter([(
+            "type".to_string(),
+            json!("object"),
+        )]));
+        Ok(ListToolsResult::with_all_items(vec![
+            Tool::new("ping", "Answers pong.", schema.clone()),
+            Tool::new("nap", "Never finishes.", schema),
+        ]))
+    }
+
+    async fn call_tool(
+        &self,
+        request: CallToolRequestParams,
+        _context: RequestContext<RoleServer>,
+    ) -> Result<CallToolResponse, ErrorData> {
+        if request.name == "nap" {
+            tokio::time::sleep(Duration::from_secs(3600)).await;
+        }
+        Ok(CallToolResult::success(vec![ContentBlock::text("pong")]).into())
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn servers_that_do_not_answer_are_cut_off_by_the_timeouts() {
+    // A port that accepts connections and then says nothing.
+    let silent = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let silent_addr = silent.local_addr().unwrap();
+    tokio::spawn(async move {
+        let mut held = Vec::new();
+        while let Ok((socket, _)) = silent.accept().await {
+            held.push(socket);
+        }
+    });
+    // A real MCP server whose `nap` tool never returns.
+    let sleepy = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let sleepy_addr = sleepy.local_addr().unwrap();
+    let service = StreamableHttpService::new(
+        || Ok(Sleepy),
+        Arc::new(LocalSessionManager::default()),
+        StreamableHttpServerConfig::default(),
+    );
+    let app = axum::Router::new().route_service("/mcp", service);
+    tokio::spawn(async move { axum::serve(sleepy, app).await });
+
+    let mut settings = McpSettings::default();
+    settings.servers.insert(
+        "silent".to_string(),
+        McpServerSettings {
+            url: Some(format!("http://{silent_addr}/mcp")),
+            connect_timeout_secs: Some(1),
+            ..McpServerSettings::default()
+        },
+    );
+    settings.servers.insert(
+        "sleepy".to_string(),
+        McpServerSettings {
+            url: Some(format!("http://{sleepy_addr}/mcp")),
+            connect_timeout_secs: Some(5),
+            call_timeout_secs: Some(1),
+            ..McpServerSettings::default()
+        },
+    );
+    let started = Instant::now();
+    let clients = McpClients::connect_async(&settings).await;
+    assert!(
+        started.elapsed() < Duration::from_secs(5),
+        "connecting waited {:?}",
+        started.elapsed()
+    );
+    assert_eq!(clients.warnings.len(), 1, "{:?}", clients.warnings);
+    assert!(
+        clients.warnings[0].contains("'silent' is unavailable")
+            && clients.warnings[0].contains("no answer within 1 s"),
+        "{:?}",
+        clients.warnings
+    );
+    let mut registry = ToolRegistry::new();
+    registry.register_all(clients.tools).unwrap();
+    let mut names = registry.names();
+    names.sort();
+    assert_eq!(names, vec!["mcp_sleepy_nap", "mcp_sleepy_ping"]);
+
+    let started = Instant::now();
+    let napped = registry.call("mcp_sleepy_nap", json!({})).await;
+    assert!(started.elapsed() < Duration::from_secs(5));
+    assert!(!napped.success, "{napped:?}");
+    let text = napped.to_model_text();
+    assert!(
+        text.contains("'sleepy' did not finish its tool 'nap' within 1 s"),
+        "{text}"
+    );
+    // The server itself is fine: the next call goes through.
+    let pinged = registry.call("mcp_sleepy_ping", json!({})).await;
+    assert!(pinged.success && pinged.content == "pong", "{pinged:?}");
 }

@@ -1,0 +1,148 @@
+//! The MCP endpoint of `engram serve` behind tokens, driven by the official Rust SDK's client
+//! over real HTTP: a token reaches its own users only, another user's memory is answered exactly
+//! as a missing one, and naming another user outright is refused, for memory and graph tools.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+mod common;
+
+use common::{TestServer, client, json_of};
+use rmcp::model::CallToolRequestParams;
+use rmcp::service::RunningService;
+use rmcp::transport::StreamableHttpClientTransport;
+use rmcp::transport::streamable_http_client::StreamableHttpClientTransportConfig;
+use rmcp::{RoleClient, ServiceExt};
+use serde_json::{Value, json};
+
+type Session = RunningService<RoleClient, ()>;
+
+async fn connect(server: &TestServer, token: &str) -> Session {
+    let _ = rustls::crypto::ring::default_provider().install_default();
+    let config =
+        StreamableHttpClientTransportConfig::with_uri(server.url("/mcp")).auth_header(token);
+    ().serve(StreamableHttpClientTransport::from_config(config))
+        .await
+        .unwrap()
+}
+
+/// Whether the call failed, and its text.
+async fn call(session: &Session, tool: &str, arguments: Value) -> (bool, String) {
+    let Value::Object(arguments) = arguments else {
+        panic!("arguments must be an object")
+    };
+    let result = session
+        .call_tool(CallToolRequestParams::new(tool.to_string()).with_arguments(arguments))
+        .await
+        .unwrap();
+    let text: String = result
+        .content
+        .iter()
+        .filter_map(|block| block.as_text().map(|t| t.text.clone()))
+        .collect();
+    (result.is_error == Some(true), text)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_token_reaches_only_its_own_users_through_mcp() {
+    let server = TestServer::start().await;
+    let (_, alice) = server.token(&["alice"]);
+    let (_, bob) = server.token(&["bob"]);
+    let (status, body) = json_of(
+        client()
+            .post(server.url("/v1/memories"))
+            .bearer_auth(&bob)
+            .json(&json!({"user_id": "bob", "text": "bob hides the key under the flowerpot"}))
+            .send()
+            .await
+            .unwrap(),
+    )
+    .await;
+    assert_eq!(status, 201, "{body}");
+    let bobs = body["id"].as_str().unwrap().to_string();
+    let missing = engram_core::MemoryId::new().to_string();
+
+    let session = connect(&server, &alice).await;
+    // Without user_id, tools act for the token's user.
+    let (failed, text) = call(
+        &session,
+        "memory_add",
+        json!({"text": "alice grows tomatoes on the balcony"}),
+    )
+    .await;
+    assert!(!failed, "{text}");
+    let added: Value = serde_json::from_str(&text).unwrap();
+    assert_eq!(added["memory"]["user_id"], "alice");
+
+    // Bob's memory by id: the same answer as a memory that does not exist.
+    for tool in ["memory_get", "memory_history", "memory_delete"] {
+        let (f1, t1) = call(&session, tool, json!({"id": bobs})).await;
+        let (f2, t2) = call(&session, tool, json!({"id": missing})).await;
+        assert!(f1 && f2, "{tool}: {t1} / {t2}");
+        assert_eq!(
+            t1.replace(&bobs, "<id>"),
+            t2.replace(&missing, "<id>"),
+            "{tool}: the answers must not differ"
+        );
+    }
+    let (f1, t1) = call(
+        &session,
+        "memory_update",
+        json!({"id": bobs, "text": "mine now"}),
+    )
+    .await;
+    let (f2, t2) = call(
+        &session,
+        "memory_update",
+        json!({"id": missing, "text": "mine now"}),
+    )
+    .await;
+    assert!(f1 && f2);
+    assert_eq!(t1.replace(&bobs, "<id>"), t2.replace(&missing, "<id>"));
+
+    // Naming bob is refused, for memory and graph tools alike.
+    for (tool, arguments) in [
+        ("memory_search", json!({"query": "key", "user_id": "bob"})),
+        ("memory_list", json!({"user_id": "bob"})),
+        (
+            "memory_add",
+            json!({"text": "planted by alice", "user_id": "bob"}),
+        ),
+        ("read_graph", json!({"user_id": "bob"})),
+        ("search_nodes", json!({"query": "key", "user_id": "bob"})),
+        (
+            "create_entities",
+            json!({"user_id": "bob", "entities": [{"name": "Key", "entityType": "thing", "observations": []}]}),
+        ),
+    ] {
+        let (failed, text) = call(&session, tool, arguments).await;
+        assert!(failed, "{tool} for bob must fail: {text}");
+        assert!(text.contains("may not touch"), "{tool}: {text}");
+    }
+    // Alice's own search does not see bob's memory.
+    let (failed, text) = call(&session, "memory_search", json!({"query": "key flowerpot"})).await;
+    assert!(!failed, "{text}");
+    assert!(!text.contains("flowerpot"), "{text}");
+    session.cancel().await.unwrap();
+
+    // Bob's memory is still there and unchanged.
+    let (status, memory) = json_of(
+        client()
+            .get(server.url(&format!("/v1/memories/{bobs}")))
+            .bearer_auth(&bob)
+            .send()
+            .await
+            .unwrap(),
+    )
+    .await;
+    assert_eq!(status, 200);
+    assert_eq!(memory["text"], "bob hides the key under the flowerpot");
+    let (_, page) = json_of(
+        client()
+            .get(server.url("/v1/memories?user_id=bob"))
+            .bearer_auth(&bob)
+            .send()
+            .await
+            .unwrap(),
+    )
+    .await;
+    assert_eq!(page["memories"].as_array().unwrap().len(), 1, "{page}");
+}
