@@ -30,9 +30,10 @@ const LOAD_BATCH: usize = 50;
 /// `engram bench mcp`.
 #[derive(Debug, Args)]
 #[command(after_help = "\
-The reference server is not part of engram; install it outside the repository, e.g.
-  mkdir /tmp/refmem && cd /tmp/refmem && npm install @modelcontextprotocol/server-memory
-  engram bench mcp --data locomo10-dev.json --reference /tmp/refmem/node_modules/@modelcontextprotocol/server-memory/dist/index.js")]
+The reference server is not part of engram; scripts/setup-reference-mcp.sh installs it with npm
+under .cache/ and prints its entry point:
+  engram bench mcp --data locomo10-dev.json --reference \"$(scripts/setup-reference-mcp.sh)\"
+engram searches lexically unless --embed-model (or ENGRAM_EMBED_MODEL) names a model folder.")]
 pub struct BenchMcpArgs {
     /// The LoCoMo JSON file.
     #[arg(long)]
@@ -49,6 +50,10 @@ pub struct BenchMcpArgs {
     /// The recall cut-off.
     #[arg(long, default_value = "10")]
     pub k: usize,
+    /// A sentence-transformers model folder for engram (hybrid search); lexical without,
+    /// unless ENGRAM_EMBED_MODEL is set.
+    #[arg(long)]
+    pub embed_model: Option<PathBuf>,
 }
 
 struct TurnEntity {
@@ -185,6 +190,7 @@ struct Report {
     turns: usize,
     questions: usize,
     k: usize,
+    engram_search: &'static str,
     sides: Vec<Side>,
 }
 
@@ -281,6 +287,17 @@ pub fn run(ctx: &Context, args: BenchMcpArgs) -> Result<Status> {
     let (id, turns, questions) = load_conversation(&args)?;
     let dir = tempfile::tempdir()?;
     let exe = std::env::current_exe().context("cannot find the engram binary")?;
+    let mut engram_env: BTreeMap<String, String> =
+        [("ENGRAM_LOG".to_string(), "warn".to_string())].into();
+    if let Some(model) = &args.embed_model {
+        engram_env.insert("ENGRAM_EMBED_MODEL".into(), model.display().to_string());
+    }
+    let engram_search =
+        if args.embed_model.is_some() || std::env::var_os("ENGRAM_EMBED_MODEL").is_some() {
+            "hybrid"
+        } else {
+            "lexical"
+        };
     let mut settings = McpSettings::default();
     let timeouts = |mut s: McpServerSettings| {
         s.connect_timeout_secs = Some(60);
@@ -298,7 +315,7 @@ pub fn run(ctx: &Context, args: BenchMcpArgs) -> Result<Status> {
                 "--user".into(),
                 "locomo".into(),
             ],
-            env: [("ENGRAM_LOG".to_string(), "warn".to_string())].into(),
+            env: engram_env,
             ..McpServerSettings::default()
         }),
     );
@@ -342,6 +359,7 @@ pub fn run(ctx: &Context, args: BenchMcpArgs) -> Result<Status> {
         turns: turns.len(),
         questions: questions.len(),
         k: args.k,
+        engram_search,
         sides,
     };
     if ctx.json {
@@ -374,7 +392,10 @@ pub fn run(ctx: &Context, args: BenchMcpArgs) -> Result<Status> {
                 categories.join(", ")
             );
         }
-        println!("(k = {})", report.k);
+        println!(
+            "(k = {}; engram searched {})",
+            report.k, report.engram_search
+        );
     }
     Ok(Status::Success)
 }

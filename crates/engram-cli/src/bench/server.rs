@@ -54,6 +54,12 @@ pub struct BenchServerArgs {
     /// The wrk binary.
     #[arg(long, default_value = "wrk")]
     pub wrk: PathBuf,
+    /// The server's connection threads (`engram serve --workers`; default: one per core).
+    #[arg(long)]
+    pub workers: Option<u16>,
+    /// The server's database operations at once (`engram serve --concurrency`).
+    #[arg(long)]
+    pub concurrency: Option<u16>,
     /// A sentence-transformers model folder for the server (hybrid search); lexical without.
     #[arg(long)]
     pub embed_model: Option<PathBuf>,
@@ -72,18 +78,25 @@ struct ServerProcess {
 }
 
 impl ServerProcess {
-    fn start(home: &std::path::Path, embed_model: Option<&PathBuf>) -> Result<Self> {
+    fn start(home: &std::path::Path, args: &BenchServerArgs) -> Result<Self> {
         let exe = std::env::current_exe().context("cannot find the engram binary")?;
         let mut command = Command::new(exe);
         command
             .arg("--home")
             .arg(home)
-            .args(["serve", "--listen", "127.0.0.1:0"])
+            .args(["serve", "--listen", "127.0.0.1:0"]);
+        if let Some(workers) = args.workers {
+            command.arg(format!("--workers={workers}"));
+        }
+        if let Some(concurrency) = args.concurrency {
+            command.arg(format!("--concurrency={concurrency}"));
+        }
+        command
             .env("ENGRAM_LOG", "warn")
             .env_remove("ENGRAM_EMBED_MODEL")
             .stdout(Stdio::null())
             .stderr(Stdio::piped());
-        if let Some(model) = embed_model {
+        if let Some(model) = &args.embed_model {
             command.env("ENGRAM_EMBED_MODEL", model);
         }
         let mut child = command.spawn().context("cannot start engram serve")?;
@@ -104,6 +117,11 @@ impl ServerProcess {
             .recv_timeout(Duration::from_secs(120))
             .map_err(|_| anyhow!("engram serve did not start"))?;
         Ok(Self { child, url })
+    }
+
+    /// CPU time the server has used so far.
+    fn cpu_seconds(&self) -> f64 {
+        cpu_seconds(self.child.id())
     }
 
     /// The server's peak resident memory, from /proc (Linux).
@@ -127,6 +145,24 @@ impl Drop for ServerProcess {
             .status();
         let _ = self.child.wait();
     }
+}
+
+/// User plus system CPU time of a process (also of one exited but not yet waited for), from
+/// /proc (Linux); 0 where that cannot be read.
+fn cpu_seconds(pid: u32) -> f64 {
+    let ticks_per_second = 100.0; // USER_HZ, 100 on every Linux platform engram builds for
+    std::fs::read_to_string(format!("/proc/{pid}/stat"))
+        .ok()
+        .and_then(|stat| {
+            // The fields after the command name, which may itself hold spaces: utime and
+            // stime are the 12th and 13th of them.
+            let rest = stat.rsplit_once(')')?.1;
+            let fields: Vec<&str> = rest.split_whitespace().collect();
+            let user: f64 = fields.get(11)?.parse().ok()?;
+            let system: f64 = fields.get(12)?.parse().ok()?;
+            Some((user + system) / ticks_per_second)
+        })
+        .unwrap_or(0.0)
 }
 
 /// The `p` quantile (0..=1) of sorted durations, in milliseconds.
@@ -218,6 +254,8 @@ struct Report {
     wrk_seconds: u64,
     search_limit: usize,
     searches: WrkFigures,
+    server_cpu_ms_per_search: f64,
+    wrk_cpu_ms_per_search: f64,
     server_peak_rss_mib: f64,
     load_average_before: String,
     load_average_after: String,
@@ -256,7 +294,7 @@ pub fn run(ctx: &Context, args: BenchServerArgs) -> Result<Status> {
         &users,
         jiff::Timestamp::now(),
     )?;
-    let server = ServerProcess::start(&home, args.embed_model.as_ref())?;
+    let server = ServerProcess::start(&home, &args)?;
     eprintln!(
         "engram serve at {} (load average {load_before})",
         server.url
@@ -366,8 +404,9 @@ pub fn run(ctx: &Context, args: BenchServerArgs) -> Result<Status> {
     )?;
     let script_path = home.join("search.lua");
     std::fs::write(&script_path, script)?;
-    let wrk = |seconds: u64| -> Result<String> {
-        let out = Command::new(&args.wrk)
+    // wrk's report, and the CPU seconds wrk used.
+    let wrk = |seconds: u64| -> Result<(String, f64)> {
+        let mut child = Command::new(&args.wrk)
             .arg(format!("-t{}", args.threads.max(1)))
             .arg(format!("-c{}", args.connections.max(1)))
             .arg(format!("-d{seconds}s"))
@@ -375,16 +414,38 @@ pub fn run(ctx: &Context, args: BenchServerArgs) -> Result<Status> {
             .arg("-s")
             .arg(&script_path)
             .arg(&server.url)
-            .output()
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
             .context("cannot run wrk")?;
-        if !out.status.success() {
-            bail!("wrk failed: {}", String::from_utf8_lossy(&out.stderr));
+        let mut stdout = String::new();
+        let mut stderr = String::new();
+        if let Some(mut out) = child.stdout.take() {
+            std::io::Read::read_to_string(&mut out, &mut stdout)?;
         }
-        Ok(String::from_utf8_lossy(&out.stdout).into_owned())
+        if let Some(mut err) = child.stderr.take() {
+            std::io::Read::read_to_string(&mut err, &mut stderr)?;
+        }
+        // Its output is closed, so it has exited; until waited for, /proc still has its times.
+        let cpu = cpu_seconds(child.id());
+        let status = child.wait()?;
+        if !status.success() {
+            bail!("wrk failed: {stderr}");
+        }
+        Ok((stdout, cpu))
     };
     wrk(5)?;
-    let text = wrk(args.duration)?;
+    let server_cpu_before = server.cpu_seconds();
+    let (text, wrk_cpu) = wrk(args.duration)?;
+    let server_cpu = server.cpu_seconds() - server_cpu_before;
     let searches = parse_wrk(&text)?;
+    let per_search_ms = |seconds: f64| {
+        if searches.requests == 0 {
+            0.0
+        } else {
+            seconds * 1000.0 / searches.requests as f64
+        }
+    };
     let report = Report {
         memories: added,
         users: args.users,
@@ -400,6 +461,8 @@ pub fn run(ctx: &Context, args: BenchServerArgs) -> Result<Status> {
         wrk_threads: args.threads,
         wrk_seconds: args.duration,
         search_limit: args.limit,
+        server_cpu_ms_per_search: per_search_ms(server_cpu),
+        wrk_cpu_ms_per_search: per_search_ms(wrk_cpu),
         searches,
         server_peak_rss_mib: server.peak_rss_mib(),
         load_average_before: load_before,
@@ -439,6 +502,18 @@ pub fn run(ctx: &Context, args: BenchServerArgs) -> Result<Status> {
             report.wrk_connections,
             report.wrk_seconds,
             report.search_limit
+        );
+        println!(
+            "CPU per search: server {:.3} ms, wrk {:.3} ms (a bound of {:.0} searches/s on {} idle cores)",
+            report.server_cpu_ms_per_search,
+            report.wrk_cpu_ms_per_search,
+            if report.server_cpu_ms_per_search + report.wrk_cpu_ms_per_search > 0.0 {
+                report.cores as f64 * 1000.0
+                    / (report.server_cpu_ms_per_search + report.wrk_cpu_ms_per_search)
+            } else {
+                0.0
+            },
+            report.cores
         );
         println!("server peak RSS {:.0} MiB", report.server_peak_rss_mib);
     }

@@ -34,6 +34,13 @@ pub struct ServeArgs {
     /// The user MCP tools act for when a client names none and its token is not bound to one.
     #[arg(long, short = 'u', env = "ENGRAM_USER")]
     pub user: Option<String>,
+    /// Threads serving connections (default: one per core).
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u16).range(1..=256))]
+    pub workers: Option<u16>,
+    /// Database operations run at once, each on a thread of its own (default: two per core,
+    /// at most 8).
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u16).range(1..=256))]
+    pub concurrency: Option<u16>,
 }
 
 /// `[server]` from config.toml, checked.
@@ -91,8 +98,16 @@ pub fn run(ctx: &Context, args: ServeArgs) -> Result<Status> {
     if args.user.is_some() {
         options.default_user = args.user;
     }
-    // One worker per core: the handlers are light, the store work runs on the blocking pool.
-    let runtime = tokio::runtime::Builder::new_multi_thread()
+    if let Some(concurrency) = args.concurrency {
+        options.concurrency = usize::from(concurrency);
+    }
+    // One worker per core by default: the handlers are light, the store work runs on the
+    // blocking pool.
+    let mut builder = tokio::runtime::Builder::new_multi_thread();
+    if let Some(workers) = args.workers {
+        builder.worker_threads(usize::from(workers));
+    }
+    let runtime = builder
         .enable_all()
         .build()
         .context("cannot start the async runtime")?;
