@@ -568,3 +568,53 @@ fn an_edited_memory_md_is_seen_on_the_next_turn() {
     assert!(text.contains("Pixel"), "{text}");
     assert!(!text.contains("called Miso"), "{text}");
 }
+
+#[test]
+fn the_repl_shows_what_it_knows_and_forgets_on_request() {
+    let home = Home::new("");
+    let first = ScriptedServer::spawn(vec![
+        Turn::text("Go is a fine choice."),
+        Turn::text("Sure."),
+        episodes(&[(
+            "The user chose Go for the billing service",
+            "task_result",
+            4,
+        )]),
+        profile(&[("programming_language", "Go")], &[]),
+    ])
+    .unwrap();
+    home.chat(
+        &first,
+        "cli:one",
+        "I write Go for a living.\nThanks.\n/exit\n",
+    );
+
+    // No model call is needed for any of these commands.
+    let idle = ScriptedServer::spawn(vec![]).unwrap();
+    let (stdout, stderr) = home.chat(
+        &idle,
+        "cli:two",
+        "/memory\n/sessions\n/forget\nn\n/forget\ny\n/memory\n/exit\n",
+    );
+    assert!(
+        stderr.contains("I remember"),
+        "the start line says what is known: {stderr}"
+    );
+    assert!(stdout.contains("Go"), "/memory shows the profile: {stdout}");
+    assert!(
+        stdout.contains("billing service"),
+        "/memory shows episodes: {stdout}"
+    );
+    assert!(
+        stdout.contains("cli:one"),
+        "/sessions lists the sessions: {stdout}"
+    );
+    assert!(stderr.contains("(nothing was erased)"), "{stderr}");
+    assert!(stderr.contains("(erased "), "{stderr}");
+    assert!(idle.requests().is_empty());
+    assert!(home.memories(&[]).is_empty());
+    assert!(
+        !home.session_file("cli:one").exists(),
+        "the user's sessions are erased too"
+    );
+}
