@@ -166,6 +166,8 @@ pub fn prepare_with_memory(
     args: &AgentArgs,
     session_key: SessionKey,
 ) -> Result<(AgentSetup, MemorySetup)> {
+    // The BPE tokenizer takes ~0.2 s to build; build it while the rest is set up.
+    std::thread::spawn(engram_memory::token_count::warm_up);
     let setup = prepare(ctx, args)?;
     // A second client on the same settings (prepare already checked them).
     let model = engram_llm::from_config(&setup.config.llm, &process_env).map_err(|e| Failure {
