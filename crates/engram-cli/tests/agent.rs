@@ -642,3 +642,48 @@ fn the_system_prompt_carries_bootstrap_files_and_skills_and_the_agent_has_cron_a
         assert!(tools.contains(&name.to_string()), "{name} in {tools:?}");
     }
 }
+
+#[test]
+fn scheduled_turns_keep_their_jobs_session() {
+    let home = Home::new();
+    let server = ScriptedServer::spawn(vec![
+        Turn::text("Watered the plants."),
+        Turn::text("Watered them again."),
+    ])
+    .unwrap();
+    let added = home
+        .engram()
+        .args(["cron", "add", "--json", "--name", "plants", "--message"])
+        .args(["Water the plants", "--every", "1d"])
+        .output()
+        .unwrap();
+    assert!(added.status.success());
+    let id = serde_json::from_slice::<Value>(&added.stdout).unwrap()["id"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    for answer in ["Watered the plants.", "Watered them again."] {
+        let (out, stdout, stderr) = output(
+            home.engram_with(&server, Provider::OpenAi)
+                .args(["cron", "run", &id]),
+        );
+        assert!(out.status.success(), "{stderr}");
+        assert_eq!(stdout.trim(), answer);
+    }
+
+    // The second run saw the first one's conversation: same session, cron:<id>.
+    let requests = server.requests();
+    let second: Vec<&str> = requests[1]
+        .messages()
+        .iter()
+        .filter_map(|m| m["content"].as_str())
+        .collect();
+    assert!(second.contains(&"Watered the plants."), "{second:?}");
+    assert_eq!(
+        second.iter().filter(|m| **m == "Water the plants").count(),
+        2
+    );
+    let (out, stdout, _) = output(home.engram().args(["sessions", "list", "--json"]));
+    assert!(out.status.success());
+    assert!(stdout.contains(&format!("cron:{id}")), "{stdout}");
+}

@@ -17,12 +17,16 @@ use engram_agent::scheduler::{
 use engram_agent::scheduler::{Turn, TurnError};
 use engram_agent::tools::ToolRegistry;
 use engram_agent::workspace::DEFAULT_WORKSPACE_DIR;
-use engram_agent::{Agent, AgentEvent, CancelToken, InMemoryRunState, RunEnd};
+use engram_agent::{Agent, AgentEvent, CancelToken, RunEnd, RunState, StoredRunState, TurnHooks};
+use engram_core::{Message, SystemClock};
+use engram_memory::manager::MemoryManager;
+use engram_memory::session::{SessionKey, SessionStore};
+use engram_memory::working::{ModelSummarizer, WorkingConfig};
 use jiff::Timestamp;
 use serde_json::json;
 
 use super::Context;
-use super::agent_common::{AgentArgs, prepare};
+use super::agent_common::{AgentArgs, prepare_with_memory};
 use super::cron::open_scheduler;
 use crate::config::Config;
 use crate::exit::{Failure, Status};
@@ -99,29 +103,99 @@ pub fn turn_runner(ctx: &Context, workspace: Option<PathBuf>) -> Result<Arc<dyn 
         }
         _ => {}
     }
-    let setup = prepare(
-        ctx,
-        &AgentArgs {
-            workspace,
-            max_steps: None,
-            user: None,
-        },
-    )?;
+    let args = AgentArgs {
+        workspace,
+        max_steps: None,
+        user: None,
+    };
+    // The memory block before each turn, as in `engram chat`; scheduled turns are the
+    // agent talking to itself, so nothing is extracted from them.
+    let (setup, memory) = prepare_with_memory(ctx, &args, SessionKey::default_cli())?;
+    let agent = setup
+        .agent
+        .with_hooks(Arc::new(ContextHooks(memory.manager.clone())));
     Ok(Arc::new(AgentRunner {
-        agent: setup.agent,
+        agent,
         tools: setup.tools,
+        sessions: super::sessions::store(ctx),
+        user: setup.user,
+        summarizer: Arc::new(ModelSummarizer::new(memory.model.clone())),
+        working: memory.working,
     }))
 }
 
-/// Scheduled turns through the agent. Each turn starts a fresh conversation: sessions that
-/// keep history per session key (and honour [`Turn::history_limit`]) come with the memory
-/// manager.
+/// The memory block before each scheduled turn; no extraction after it.
+struct ContextHooks(Arc<MemoryManager>);
+
+#[async_trait::async_trait]
+impl TurnHooks for ContextHooks {
+    async fn context(&self, input: &str, _state: &dyn RunState) -> Vec<Message> {
+        match self.0.context_block(input, Timestamp::now()).await {
+            Ok(Some(block)) => vec![Message::system(block.text)],
+            Ok(None) => Vec::new(),
+            Err(e) => {
+                eprintln!("warning: the memory block was left out of a scheduled turn: {e}");
+                Vec::new()
+            }
+        }
+    }
+}
+
+/// Scheduled turns through the agent, each in its job's session (`cron:<id>`, or
+/// `gateway:heartbeat`), kept in a session file like a chat's, with working memory on the
+/// configured budget.
 struct AgentRunner {
     agent: Agent,
     tools: Arc<ToolRegistry>,
+    sessions: SessionStore,
+    user: String,
+    summarizer: Arc<ModelSummarizer>,
+    working: WorkingConfig,
 }
 
-// Written out rather than through #[async_trait], which this crate does not depend on.
+impl AgentRunner {
+    /// The turn's session; when it holds more than `history_limit` messages, the file is set
+    /// aside (replacing the one set aside before) and the session starts afresh, so a session
+    /// fed forever (the heartbeat) keeps at most two files' worth.
+    fn open_state(&self, turn: &Turn) -> Result<StoredRunState, TurnError> {
+        let key = session_key_for(&turn.session_key)?;
+        if let Some(limit) = turn.history_limit {
+            let over = self
+                .sessions
+                .load(&key)
+                .map_err(|e| TurnError(e.to_string()))?
+                .is_some_and(|log| log.messages().len() > limit);
+            if over {
+                let path = self.sessions.path_for(&key);
+                std::fs::rename(&path, path.with_extension("previous.jsonl"))
+                    .map_err(|e| TurnError(format!("cannot set aside {}: {e}", path.display())))?;
+            }
+        }
+        let mut metadata = serde_json::Map::new();
+        metadata.insert("user".into(), self.user.clone().into());
+        let session = self.sessions.session(key, metadata);
+        let state = StoredRunState::open(session, self.tools.clone(), Arc::new(SystemClock))
+            .map_err(|e| TurnError(e.to_string()))?
+            .with_summarizer(self.summarizer.clone(), self.working);
+        for warning in state.warnings() {
+            eprintln!("warning: {warning}");
+        }
+        Ok(state)
+    }
+}
+
+/// The session key of a scheduled turn: `cron:<id>` as it is; a bare name (the heartbeat's)
+/// goes under the `gateway` channel.
+fn session_key_for(name: &str) -> Result<SessionKey, TurnError> {
+    let text = if name.contains(':') {
+        name.to_string()
+    } else {
+        format!("gateway:{name}")
+    };
+    SessionKey::parse(&text).map_err(|e| TurnError(e.to_string()))
+}
+
+// Written out rather than through #[async_trait] to keep the trait's lifetimes visible.
 impl TurnRunner for AgentRunner {
     fn run_turn<'a, 'b>(
         &'a self,
@@ -132,7 +206,7 @@ impl TurnRunner for AgentRunner {
         Self: 'b,
     {
         Box::pin(async move {
-            let mut state = InMemoryRunState::new(self.tools.clone());
+            let mut state = self.open_state(&turn)?;
             let cancel = CancelToken::new();
             let mut sink = |_event: AgentEvent<'_>| {};
             let outcome = self
