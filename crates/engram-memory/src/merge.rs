@@ -82,15 +82,11 @@ pub fn current_with_key(
     user: &str,
     key: &str,
 ) -> Result<Vec<Memory>, StoreError> {
-    let filter = Filter {
-        kinds: PROFILE_KINDS.to_vec(),
-        metadata: vec![MetaCondition {
-            key: "key".into(),
-            value: key.into(),
-        }],
-        ..Filter::user(user)
+    let condition = MetaCondition {
+        key: "key".into(),
+        value: key.into(),
     };
-    store.list(&filter, 100, 0)
+    profile_lists(store, user, vec![condition], 100)
 }
 
 /// Every current fact and preference of `user`, newest first, at most `limit`.
@@ -99,11 +95,29 @@ pub fn current_profile(
     user: &str,
     limit: usize,
 ) -> Result<Vec<Memory>, StoreError> {
-    let filter = Filter {
-        kinds: PROFILE_KINDS.to_vec(),
-        ..Filter::user(user)
-    };
-    store.list(&filter, limit, 0)
+    profile_lists(store, user, Vec::new(), limit)
+}
+
+/// One listing per kind (each follows the store's per-kind index; a listing of both kinds at
+/// once would walk all of the user's memories), merged newest first.
+fn profile_lists(
+    store: &dyn MemoryStore,
+    user: &str,
+    metadata: Vec<MetaCondition>,
+    limit: usize,
+) -> Result<Vec<Memory>, StoreError> {
+    let mut all = Vec::new();
+    for kind in PROFILE_KINDS {
+        let filter = Filter {
+            kinds: vec![kind],
+            metadata: metadata.clone(),
+            ..Filter::user(user)
+        };
+        all.extend(store.list(&filter, limit, 0)?);
+    }
+    all.sort_by(|a, b| b.created_at.cmp(&a.created_at).then(b.id.cmp(&a.id)));
+    all.truncate(limit);
+    Ok(all)
 }
 
 fn same_text(a: &str, b: &str) -> bool {

@@ -218,6 +218,11 @@ pub const MIGRATIONS: &[&str] = &[
     );
     CREATE VIRTUAL TABLE memories_fts_instance USING fts5vocab (memories_fts, instance);
     "#,
+    // 8: one kind of one user's memories, newest first (the profile, the latest episodes, notes
+    // from MEMORY.md) without walking all of that user's rows.
+    r#"
+    CREATE INDEX memories_user_kind_created ON memories (user_id, kind, created_at);
+    "#,
 ];
 
 /// The schema version this build writes.
