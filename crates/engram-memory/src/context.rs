@@ -108,6 +108,32 @@ pub struct ContextBlock {
     pub duplicates: usize,
     /// Candidates left out for the budget.
     pub over_budget: usize,
+    /// Where the time to build it went.
+    pub timings: ContextTimings,
+}
+
+/// Where the time to build a block went, in microseconds (for `--explain` and benchmarks).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
+pub struct ContextTimings {
+    /// Reading MEMORY.md and indexing it when it changed.
+    pub long_term_us: u64,
+    /// Listing the current facts and preferences.
+    pub profile_us: u64,
+    /// The hybrid search for relevant episodes.
+    pub relevant_us: u64,
+    /// Listing the latest episodes.
+    pub recent_us: u64,
+    /// Reading today's daily note.
+    pub today_us: u64,
+    /// Deduplicating, ranking, counting tokens and rendering.
+    pub assemble_us: u64,
+}
+
+impl ContextTimings {
+    /// The time of `start` until now, in microseconds.
+    pub fn since(start: std::time::Instant) -> u64 {
+        u64::try_from(start.elapsed().as_micros()).unwrap_or(u64::MAX)
+    }
 }
 
 impl ContextBlock {
@@ -194,6 +220,7 @@ pub fn assemble(mut candidates: Vec<ContextItem>, budget: usize) -> Option<Conte
                 parts: chosen.into_iter().cloned().collect(),
                 duplicates,
                 over_budget,
+                timings: ContextTimings::default(),
             });
         }
         chosen.pop();

@@ -12,6 +12,7 @@ use std::fs::OpenOptions;
 use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
+use std::time::Instant;
 
 use engram_core::{
     AddOutcome, ChatModel, Filter, Importance, Kind, LlmError, Memory, MemoryStore, Message,
@@ -22,7 +23,7 @@ use jiff::tz::TimeZone;
 use serde::Serialize;
 use serde_json::{Value, json};
 
-use crate::context::{ContextItem, Section, assemble};
+use crate::context::{ContextItem, ContextTimings, Section, assemble};
 use crate::extract::{
     self, ExtractedEpisode, ProfileUpdate, UnusableOutput, resolve_relative_dates,
 };
@@ -273,7 +274,9 @@ impl MemoryManager {
         now: Timestamp,
     ) -> Result<Option<ContextBlock>, MemoryError> {
         let mut items = Vec::new();
+        let mut timings = ContextTimings::default();
 
+        let started = Instant::now();
         let long_term = self.mirror.read_long_term()?;
         self.sync_long_term(long_term.as_deref(), now).await?;
         for (index, chunk) in long_term_chunks(long_term.as_deref().unwrap_or(""))
@@ -289,6 +292,9 @@ impl MemoryManager {
             ));
         }
 
+        timings.long_term_us = ContextTimings::since(started);
+
+        let started = Instant::now();
         for memory in merge::current_profile(self.store.as_ref(), &self.user, PROFILE_LIMIT)? {
             let rank =
                 f64::from(memory.importance.get()) * 1e10 + memory.updated_at.as_second() as f64;
@@ -298,6 +304,9 @@ impl MemoryManager {
             );
         }
 
+        timings.profile_us = ContextTimings::since(started);
+
+        let started = Instant::now();
         let min_importance = Importance::new(i64::from(self.config.min_importance)).ok();
         let mut shown = HashSet::new();
         if self.config.relevant_episodes > 0 && !user_message.trim().is_empty() {
@@ -335,6 +344,9 @@ impl MemoryManager {
             }
         }
 
+        timings.relevant_us = ContextTimings::since(started);
+
+        let started = Instant::now();
         if self.config.recent_episodes > 0 {
             let filter = Filter {
                 kinds: vec![Kind::Episode],
@@ -357,6 +369,9 @@ impl MemoryManager {
             }
         }
 
+        timings.recent_us = ContextTimings::since(started);
+
+        let started = Instant::now();
         let today = now.to_zoned(self.time_zone.clone()).date();
         if let Some(note) = self.mirror.read_daily(today)? {
             for (index, line) in daily_lines(&note).into_iter().enumerate() {
@@ -370,7 +385,15 @@ impl MemoryManager {
             }
         }
 
-        Ok(assemble(items, self.config.context_budget_tokens))
+        timings.today_us = ContextTimings::since(started);
+
+        let started = Instant::now();
+        let mut block = assemble(items, self.config.context_budget_tokens);
+        timings.assemble_us = ContextTimings::since(started);
+        if let Some(block) = &mut block {
+            block.timings = timings;
+        }
+        Ok(block)
     }
 
     /// `YYYY-MM-DD: text`, in the manager's zone.

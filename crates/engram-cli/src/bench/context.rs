@@ -95,6 +95,8 @@ struct Report {
     tokens_by_turn: Vec<TokenRow>,
     background_extraction_ms_median: f64,
     extractions: usize,
+    /// Median time of each part of the block, in milliseconds.
+    block_parts_ms_median: Vec<(&'static str, f64)>,
 }
 
 /// Runs `engram bench context`.
@@ -140,6 +142,7 @@ pub fn run(ctx: &Context, args: BenchContextArgs) -> Result<Status> {
     let mut token_rows = Vec::new();
     let mut history: Vec<Message> = Vec::new();
     let mut extractions = Vec::new();
+    let mut parts: Vec<[u64; 6]> = Vec::new();
     for turn in 0..warm_up + turns {
         let message = user_message(&vocabulary, &mut rng);
         let reply = (0..3)
@@ -189,6 +192,16 @@ pub fn run(ctx: &Context, args: BenchContextArgs) -> Result<Status> {
             build.push(block_time);
             added.push(turn_time);
             block_tokens.push(tokens);
+            if let Some(t) = block.as_ref().map(|b| b.timings) {
+                parts.push([
+                    t.long_term_us,
+                    t.profile_us,
+                    t.relevant_us,
+                    t.recent_us,
+                    t.today_us,
+                    t.assemble_us,
+                ]);
+            }
         }
     }
     let mut background = Vec::new();
@@ -197,6 +210,24 @@ pub fn run(ctx: &Context, args: BenchContextArgs) -> Result<Status> {
     }
 
     block_tokens.sort_unstable();
+    let names = [
+        "MEMORY.md",
+        "profile",
+        "relevant search",
+        "recent episodes",
+        "today's note",
+        "assemble",
+    ];
+    let block_parts_ms_median = names
+        .iter()
+        .enumerate()
+        .map(|(i, name)| {
+            let mut values: Vec<u64> = parts.iter().map(|p| p[i]).collect();
+            values.sort_unstable();
+            let median = values.get(values.len() / 2).copied().unwrap_or(0);
+            (*name, median as f64 / 1000.0)
+        })
+        .collect();
     let figures = vec![
         Figure::of("context block at this size", &build, Some(20.0))?,
         Figure::of(
@@ -216,6 +247,7 @@ pub fn run(ctx: &Context, args: BenchContextArgs) -> Result<Status> {
         background_extraction_ms_median: LatencySummary::of(&background)
             .map_or(0.0, |s| s.median.as_secs_f64() * 1e3),
         extractions: background.len(),
+        block_parts_ms_median,
         figures,
     };
     if ctx.json {
@@ -242,6 +274,12 @@ fn print_report(report: &Report) {
             f.name, f.samples, f.median_ms, f.p95_ms, f.max_ms
         );
     }
+    let parts: Vec<String> = report
+        .block_parts_ms_median
+        .iter()
+        .map(|(name, ms)| format!("{name} {ms:.2} ms"))
+        .collect();
+    println!("block parts (medians): {}", parts.join(", "));
     println!(
         "memory block: median {} tokens, max {}; all current memories would be {} tokens",
         report.block_tokens_median, report.block_tokens_max, report.all_current_memories_tokens
@@ -280,6 +318,15 @@ fn user_message(vocabulary: &Vocabulary, rng: &mut SplitMix) -> String {
     format!("{}?", text.join(" "))
 }
 
+/// A profile value: 2 to 8 words, as "Python 3.12 with FastAPI" is.
+fn phrase(vocabulary: &Vocabulary, rng: &mut SplitMix) -> String {
+    let words = rng.range(2, 8);
+    (0..words)
+        .map(|_| vocabulary.sample(rng).to_string())
+        .collect::<Vec<_>>()
+        .join(" ")
+}
+
 /// Stores the synthetic memories; returns the tokens of all current ones (what putting every
 /// memory into the prompt would cost).
 fn load(
@@ -316,7 +363,7 @@ fn load(
             let key = format!("topic_{i}");
             NewMemory::new(
                 Scope::user(USER),
-                format!("{key}: {}", vocabulary.sentence(rng)),
+                format!("{key}: {}", phrase(vocabulary, rng)),
             )
             .with_kind(kind)
             .with_importance(Importance::new(4).unwrap_or_default())
@@ -326,7 +373,7 @@ fn load(
             let key = format!("topic_{}", i % PROFILE_FACTS);
             let mut memory = NewMemory::new(
                 Scope::user(USER),
-                format!("{key}: {}", vocabulary.sentence(rng)),
+                format!("{key}: {}", phrase(vocabulary, rng)),
             )
             .with_kind(Kind::Fact)
             .with_meta("key", Value::String(key));
