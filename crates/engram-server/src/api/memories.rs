@@ -248,7 +248,7 @@ pub(crate) async fn add(
     }
 }
 
-/// Messages: stored one episode each with `infer: false`; extraction is not built yet.
+/// Messages: stored one episode each with `infer: false`; extraction is not wired in yet.
 async fn add_messages(
     state: AppState,
     access: Access,
@@ -260,9 +260,8 @@ async fn add_messages(
     if infer.unwrap_or(true) {
         return Err(ApiError::new(
             ErrorCode::NotImplemented,
-            "extracting memories from messages (infer: true, the default) needs the memory \
-             manager, which this engram does not have yet; send \"infer\": false to store each \
-             message verbatim as an episode",
+            "extracting memories from messages (infer: true, the default) is not available in \
+             this server yet; send \"infer\": false to store each message verbatim as an episode",
         ));
     }
     if messages.is_empty() {
