@@ -150,19 +150,22 @@ impl Drop for ServerProcess {
 /// User plus system CPU time of a process (also of one exited but not yet waited for), from
 /// /proc (Linux); 0 where that cannot be read.
 fn cpu_seconds(pid: u32) -> f64 {
-    let ticks_per_second = 100.0; // USER_HZ, 100 on every Linux platform engram builds for
     std::fs::read_to_string(format!("/proc/{pid}/stat"))
         .ok()
-        .and_then(|stat| {
-            // The fields after the command name, which may itself hold spaces: utime and
-            // stime are the 12th and 13th of them.
-            let rest = stat.rsplit_once(')')?.1;
-            let fields: Vec<&str> = rest.split_whitespace().collect();
-            let user: f64 = fields.get(11)?.parse().ok()?;
-            let system: f64 = fields.get(12)?.parse().ok()?;
-            Some((user + system) / ticks_per_second)
-        })
+        .and_then(|stat| stat_cpu_seconds(&stat))
         .unwrap_or(0.0)
+}
+
+/// User plus system CPU seconds from the text of /proc/PID/stat.
+fn stat_cpu_seconds(stat: &str) -> Option<f64> {
+    let ticks_per_second = 100.0; // USER_HZ, 100 on every Linux platform engram builds for
+    // The fields after the command name, which may itself hold spaces and parentheses: utime
+    // and stime are the 12th and 13th of them.
+    let rest = stat.rsplit_once(')')?.1;
+    let fields: Vec<&str> = rest.split_whitespace().collect();
+    let user: f64 = fields.get(11)?.parse().ok()?;
+    let system: f64 = fields.get(12)?.parse().ok()?;
+    Some((user + system) / ticks_per_second)
 }
 
 /// The `p` quantile (0..=1) of sorted durations, in milliseconds.
@@ -533,5 +536,13 @@ mod tests {
         assert!((f.p50_ms - 1.9).abs() < 1e-9 && (f.p99_ms - 0.85).abs() < 1e-9);
         assert_eq!((f.non_2xx, f.socket_errors), (4, 3));
         assert_eq!(wrk_ms("1.02s"), Some(1020.0));
+    }
+
+    #[test]
+    fn cpu_times_are_read_past_odd_command_names() {
+        let stat = "4242 (wrk (x) 2) Z 1 4242 4242 0 -1 4194308 100 0 0 0 250 50 0 0 20 0 2 0";
+        assert_eq!(stat_cpu_seconds(stat), Some(3.0));
+        assert_eq!(stat_cpu_seconds("4242 (wrk) Z 1"), None);
+        assert!(cpu_seconds(std::process::id()) >= 0.0);
     }
 }
