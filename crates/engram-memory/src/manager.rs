@@ -316,7 +316,7 @@ impl MemoryManager {
                     min_importance,
                     ..self.filter()
                 },
-                query: user_message.to_string(),
+                query: relevance_query(user_message, now, &self.time_zone),
                 limit: self.config.relevant_episodes,
             };
             match self.searcher.search(&request).await {
@@ -749,6 +749,44 @@ impl MemoryManager {
     }
 }
 
+/// Most words of a user message searched for relevant memories.
+pub const MAX_QUERY_TERMS: usize = 8;
+
+/// The words of a user message searched for relevant memories: its [`MAX_QUERY_TERMS`] longest
+/// distinct words (longer words are rarer and say more; every extra common word makes the search
+/// slower and rarely better), in the message's order, plus any time phrase ("last week") so
+/// ranking can still favour that time. A short message is searched as it is.
+pub fn relevance_query(message: &str, now: Timestamp, time_zone: &TimeZone) -> String {
+    let words: Vec<&str> = message
+        .split(|c: char| !c.is_alphanumeric())
+        .filter(|w| !w.is_empty())
+        .collect();
+    if words.len() <= MAX_QUERY_TERMS {
+        return message.to_string();
+    }
+    let mut seen = HashSet::new();
+    let mut distinct: Vec<(usize, &str)> = words
+        .iter()
+        .enumerate()
+        .filter(|(_, w)| seen.insert(w.to_lowercase()))
+        .map(|(i, w)| (i, *w))
+        .collect();
+    // Longest first; among equals, earlier first.
+    distinct.sort_by(|a, b| {
+        b.1.chars()
+            .count()
+            .cmp(&a.1.chars().count())
+            .then(a.0.cmp(&b.0))
+    });
+    distinct.truncate(MAX_QUERY_TERMS);
+    distinct.sort_by_key(|(i, _)| *i);
+    let mut query: Vec<String> = distinct.into_iter().map(|(_, w)| w.to_string()).collect();
+    if let Some(window) = crate::when::time_window(message, now, time_zone) {
+        query.push(window.phrase);
+    }
+    query.join(" ")
+}
+
 /// The lines of MEMORY.md that carry content: not headings, not blank, not HTML comments, list
 /// markers removed, each once.
 pub fn long_term_chunks(text: &str) -> Vec<String> {
@@ -815,6 +853,25 @@ mod tests {
         assert_eq!(
             long_term_chunks(text),
             vec!["Works at Acme", "likes tea", "plain line"]
+        );
+    }
+
+    #[test]
+    fn long_messages_are_searched_by_their_longest_words_and_time_phrase() {
+        let now: Timestamp = "2024-05-16T15:00:00Z".parse().unwrap();
+        let tz = TimeZone::UTC;
+        assert_eq!(
+            relevance_query("python version?", now, &tz),
+            "python version?"
+        );
+        let query = relevance_query(
+            "so what was it that we decided about the deployment pipeline for the billing service last week, do you remember it",
+            now,
+            &tz,
+        );
+        assert_eq!(
+            query,
+            "what decided about deployment pipeline billing service remember last week"
         );
     }
 
