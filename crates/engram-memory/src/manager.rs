@@ -142,14 +142,25 @@ pub struct MemoryOverview {
 
 impl fmt::Display for MemoryOverview {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let n = |count: usize, one: &str, many: &str| {
+            format!("{count} {}", if count == 1 { one } else { many })
+        };
         writeln!(
             f,
-            "Memory of {}: {} facts, {} preferences, {} episodes, {} notes ({} older entries in history)",
+            "Memory of {}: {}, {}, {}, {} ({} older entries in history)",
             self.user,
-            self.facts.len(),
-            self.preferences.len(),
-            self.episode_count,
-            self.note_count,
+            n(self.facts.len(), "fact", "facts"),
+            n(self.preferences.len(), "preference", "preferences"),
+            n(
+                usize::try_from(self.episode_count).unwrap_or(usize::MAX),
+                "episode",
+                "episodes"
+            ),
+            n(
+                usize::try_from(self.note_count).unwrap_or(usize::MAX),
+                "note",
+                "notes"
+            ),
             self.closed_count
         )?;
         for (title, list) in [("Facts", &self.facts), ("Preferences", &self.preferences)] {
@@ -873,6 +884,27 @@ mod tests {
             query,
             "what decided about deployment pipeline billing service remember last week"
         );
+    }
+
+    proptest::proptest! {
+        #[test]
+        fn relevance_queries_are_short_and_made_of_the_messages_words(message in "[a-zA-Z ,.?]{0,200}") {
+            let now: Timestamp = "2024-05-16T15:00:00Z".parse().unwrap();
+            let query = relevance_query(&message, now, &TimeZone::UTC);
+            let words: Vec<String> = message
+                .split(|c: char| !c.is_alphanumeric())
+                .map(str::to_lowercase)
+                .collect();
+            let terms: Vec<&str> = query
+                .split(|c: char| !c.is_alphanumeric())
+                .filter(|w| !w.is_empty())
+                .collect();
+            // The longest words, plus at most a three-word time phrase.
+            proptest::prop_assert!(terms.len() <= MAX_QUERY_TERMS.max(words.len().min(MAX_QUERY_TERMS)) + 3);
+            for term in terms {
+                proptest::prop_assert!(words.contains(&term.to_lowercase()), "{term}");
+            }
+        }
     }
 
     #[test]

@@ -608,3 +608,43 @@ async fn daily_notes_overview_and_forget() {
         "I don't remember anything about you yet."
     );
 }
+
+#[tokio::test]
+async fn the_overview_shows_the_profile_the_last_episodes_and_counts() {
+    let world = World::new();
+    let (_server, model) = scripted(
+        Provider::OpenAi,
+        vec![
+            json_turn(json!({"episodes": [
+                {"summary": "Split the FastAPI app into routers", "category": "task_result", "importance": 3},
+                {"summary": "The user said the router layout works well", "category": "user_feedback", "importance": 2}]})),
+            profile_answer(
+                json!([{"key": "role", "value": "backend developer"}]),
+                json!([{"key": "answer_style", "value": "short answers"}]),
+            ),
+        ],
+    )
+    .await;
+    let manager = world.manager(Some(model), ManagerConfig::default());
+    manager
+        .extract_and_merge(&session_one(), "cli:direct", day_one())
+        .await
+        .unwrap();
+    insta::assert_snapshot!(manager.overview().unwrap().to_string(), @r"
+    Memory of dana: 1 fact, 1 preference, 2 episodes, 0 notes (0 older entries in history)
+
+    Facts:
+      - role: backend developer
+
+    Preferences:
+      - answer_style: short answers
+
+    Last episodes:
+      - 2024-05-16 [user_feedback, importance 2] The user said the router layout works well
+      - 2024-05-16 [task_result, importance 3] Split the FastAPI app into routers
+    ");
+    assert_eq!(
+        manager.known_summary().unwrap(),
+        "I remember 1 fact, 1 preference and 2 episodes about you."
+    );
+}
