@@ -36,8 +36,10 @@ pub enum ErrorCode {
     PayloadTooLarge,
     /// 415: the body is not declared as JSON.
     UnsupportedMediaType,
-    /// 501: the request needs a part of engram that is not there yet (extraction).
+    /// 501: the request needs a language model (extraction) and the server has none.
     NotImplemented,
+    /// 502: the language model behind extraction failed or answered with an error.
+    ModelFailed,
     /// 503: the database stayed locked by another process; try again.
     Busy,
     /// 507: the disk (or the database quota) is full; nothing was written.
@@ -48,7 +50,7 @@ pub enum ErrorCode {
 
 impl ErrorCode {
     /// Every code, in the order the documentation lists them.
-    pub const ALL: [ErrorCode; 15] = [
+    pub const ALL: [ErrorCode; 16] = [
         ErrorCode::InvalidJson,
         ErrorCode::InvalidRequest,
         ErrorCode::Unauthorized,
@@ -61,6 +63,7 @@ impl ErrorCode {
         ErrorCode::PayloadTooLarge,
         ErrorCode::UnsupportedMediaType,
         ErrorCode::NotImplemented,
+        ErrorCode::ModelFailed,
         ErrorCode::Busy,
         ErrorCode::StorageFull,
         ErrorCode::Internal,
@@ -81,6 +84,7 @@ impl ErrorCode {
             ErrorCode::PayloadTooLarge => "payload_too_large",
             ErrorCode::UnsupportedMediaType => "unsupported_media_type",
             ErrorCode::NotImplemented => "not_implemented",
+            ErrorCode::ModelFailed => "model_failed",
             ErrorCode::Busy => "busy",
             ErrorCode::StorageFull => "storage_full",
             ErrorCode::Internal => "internal",
@@ -99,6 +103,7 @@ impl ErrorCode {
             ErrorCode::PayloadTooLarge => StatusCode::PAYLOAD_TOO_LARGE,
             ErrorCode::UnsupportedMediaType => StatusCode::UNSUPPORTED_MEDIA_TYPE,
             ErrorCode::NotImplemented => StatusCode::NOT_IMPLEMENTED,
+            ErrorCode::ModelFailed => StatusCode::BAD_GATEWAY,
             ErrorCode::Busy => StatusCode::SERVICE_UNAVAILABLE,
             ErrorCode::StorageFull => StatusCode::INSUFFICIENT_STORAGE,
             ErrorCode::Internal => StatusCode::INTERNAL_SERVER_ERROR,
@@ -135,8 +140,12 @@ impl ErrorCode {
             ErrorCode::PayloadTooLarge => "The body is larger than the server's limit.",
             ErrorCode::UnsupportedMediaType => "The body is not sent as application/json.",
             ErrorCode::NotImplemented => {
-                "The request needs a part of engram that does not exist yet (extraction with \
-                 `infer: true`)."
+                "The request needs a language model (extraction with `infer: true`) and the \
+                 server has none configured."
+            }
+            ErrorCode::ModelFailed => {
+                "The language model behind extraction failed (unreachable, bad key, rate \
+                 limited, ...); nothing was extracted. The message says which."
             }
             ErrorCode::Busy => {
                 "The database stayed locked by another process for the whole busy timeout; \

@@ -25,7 +25,10 @@ fn error_responses(codes: &[u16]) -> Value {
             409 => "Duplicate text (`duplicate`) or already invalidated (`already_invalidated`).",
             413 => "The body is too large (`payload_too_large`).",
             415 => "The body is not application/json (`unsupported_media_type`).",
-            501 => "Extraction (`infer: true`) is not available yet (`not_implemented`).",
+            501 => {
+                "Extraction (`infer: true`) needs a language model and the server has none (`not_implemented`)."
+            }
+            502 => "The language model behind extraction failed (`model_failed`).",
             503 => "The database stayed locked (`busy`); retry.",
             _ => "An error.",
         };
@@ -209,7 +212,7 @@ pub fn document() -> Value {
                 "content": {"type": "string"}
             }}
         }));
-        map.insert("infer".into(), json!({"type": "boolean", "default": true, "description": "Extract memories from messages with a model. Not available yet: true answers 501 not_implemented; send false."}));
+        map.insert("infer".into(), json!({"type": "boolean", "default": true, "description": "Extract episodes, facts and preferences from the messages with the configured language model and merge them with what is known (the answer is {\"extraction\": report}); false stores each message verbatim. Without a model, true answers 501 not_implemented."}));
     }
 
     json!({
@@ -253,7 +256,7 @@ fn paths(list_params: Vec<Value>, session_params: Vec<Value>) -> Value {
                     "responses": with_errors(json!({
                         "201": json_ok("Added.", "AddResult"),
                         "200": json_ok("Already stored (duplicate), or messages of which none were new.", "AddResult")
-                    }), &[400, 401, 403, 413, 415, 501, 503])
+                    }), &[400, 401, 403, 413, 415, 501, 502, 503])
                 },
                 "get": {
                     "summary": "List one user's memories, newest first, a page at a time.",
@@ -307,7 +310,7 @@ fn paths(list_params: Vec<Value>, session_params: Vec<Value>) -> Value {
                 "responses": with_errors(json!({"200": {"description": "One Memory per line.", "content": {"application/x-ndjson": {"schema": {"$ref": "#/components/schemas/Memory"}}}}}), &[400, 401, 403, 503])
             }}));
     paths.insert("/v1/sessions".into(), json!({"get": {
-                "summary": "The sessions a user's memories belong to, most recent first. (Until the session store exists, a session is the memories that carry its session_id.)",
+                "summary": "The sessions a user's memories belong to, most recent first. (A session here is the memories that carry its session_id; the agent's conversation files are listed by engram sessions.)",
                 "operationId": "listSessions",
                 "parameters": [query("user_id", "Whose sessions (required).", true, json!({"type": "string"}))],
                 "responses": with_errors(json!({"200": json_ok("The sessions.", "SessionList")}), &[400, 401, 403, 503])

@@ -20,7 +20,7 @@ use crate::auth::Authenticator;
 use crate::config::ServerSettings;
 use crate::knowledge::KnowledgeBase;
 use crate::mcp::{HttpOptions, http_router};
-use crate::service::{MemoryService, default_concurrency};
+use crate::service::{Extraction, MemoryService, default_concurrency};
 
 /// How long in-flight requests may take to finish after a shutdown signal.
 pub const SHUTDOWN_GRACE: Duration = Duration::from_secs(30);
@@ -115,6 +115,8 @@ pub struct ServeOptions {
     pub default_user: Option<String>,
     /// Store operations that may run at once.
     pub concurrency: usize,
+    /// Extraction from messages (`infer: true`); `None` answers such requests 501.
+    pub extraction: Option<Extraction>,
 }
 
 impl ServeOptions {
@@ -125,6 +127,7 @@ impl ServeOptions {
             listen,
             settings,
             concurrency: default_concurrency(),
+            extraction: None,
         }
     }
 }
@@ -157,7 +160,9 @@ impl Server {
                 return Err(ServeError::NoTokens(options.listen));
             }
         }
-        let service = stores.service(options.concurrency);
+        let service = stores
+            .service(options.concurrency)
+            .with_extraction(options.extraction.clone());
         let shutdown = CancellationToken::new();
         let mcp = http_router(
             service.clone(),

@@ -6,12 +6,15 @@
 //! caller may not touch.
 
 use std::collections::BTreeMap;
+use std::path::PathBuf;
 use std::sync::Arc;
 
 use engram_core::store::MemoryPatch;
 use engram_core::{
-    AddOutcome, Filter, HistoryEvent, Memory, MemoryId, MemoryStore, NewMemory, StoreError,
+    AddOutcome, ChatModel, Filter, HistoryEvent, Memory, MemoryId, MemoryStore, Message, NewMemory,
+    Scope, StoreError,
 };
+use engram_memory::manager::{ExtractionReport, ManagerConfig, MemoryError, MemoryManager};
 use engram_memory::{SearchRequest, SearchResults, Searcher};
 use engram_store::tokens::TokenStore;
 use jiff::Timestamp;
@@ -19,7 +22,7 @@ use serde::Serialize;
 use tokio::sync::{Semaphore, mpsc};
 
 use crate::auth::Access;
-use crate::error::ApiError;
+use crate::error::{ApiError, ErrorCode};
 use crate::knowledge::KnowledgeBase;
 
 /// Lines of an export buffered between the database and the network.
@@ -33,6 +36,28 @@ pub struct MemoryService {
     tokens: Arc<TokenStore>,
     knowledge: KnowledgeBase,
     gate: Arc<Semaphore>,
+    extraction: Option<Arc<Extraction>>,
+}
+
+/// What extraction from messages (`infer: true`) needs: the model, the workspace whose
+/// `logs/` keep unusable model answers, and the memory manager's settings.
+#[derive(Clone)]
+pub struct Extraction {
+    /// The language model that extracts and merges.
+    pub model: Arc<dyn ChatModel>,
+    /// The agent's workspace (the memory manager's home for its files).
+    pub workspace: PathBuf,
+    /// `[memory]` from config.toml.
+    pub config: ManagerConfig,
+}
+
+impl std::fmt::Debug for Extraction {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Extraction")
+            .field("model", &self.model.info().model)
+            .field("workspace", &self.workspace)
+            .finish_non_exhaustive()
+    }
 }
 
 impl std::fmt::Debug for MemoryService {
@@ -41,7 +66,7 @@ impl std::fmt::Debug for MemoryService {
     }
 }
 
-/// One session as the memories know it (the session store itself comes later).
+/// One session as the memories know it (memories that carry its `session_id`).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct SessionSummary {
     /// The session's id.
@@ -79,7 +104,54 @@ impl MemoryService {
             tokens,
             knowledge,
             gate: Arc::new(Semaphore::new(concurrency.max(1))),
+            extraction: None,
         }
+    }
+
+    /// The service with extraction from messages (`infer: true`) through `extraction`.
+    pub fn with_extraction(mut self, extraction: Option<Extraction>) -> Self {
+        self.extraction = extraction.map(Arc::new);
+        self
+    }
+
+    /// Extracts episodes, facts and preferences from a conversation into `scope`'s user's
+    /// memory and merges them with what is known, as the agent does at a session's end.
+    pub async fn extract(
+        &self,
+        access: &Access,
+        scope: &Scope,
+        conversation: Vec<Message>,
+    ) -> Result<ExtractionReport, ApiError> {
+        access.require(&scope.user_id)?;
+        let Some(extraction) = &self.extraction else {
+            return Err(ApiError::new(
+                ErrorCode::NotImplemented,
+                "extracting memories from messages (infer: true, the default) needs a language \
+                 model, and this server has none configured ([llm] in config.toml or \
+                 ENGRAM_PROVIDER / OPENAI_API_KEY); send \"infer\": false to store each message \
+                 verbatim as an episode",
+            ));
+        };
+        let manager = MemoryManager::new(
+            self.store.clone(),
+            Arc::new(self.searcher.clone()),
+            Some(extraction.model.clone()),
+            extraction.workspace.clone(),
+            scope.user_id.clone(),
+            extraction.config.clone(),
+        );
+        let session = scope
+            .session_id
+            .clone()
+            .unwrap_or_else(|| "api".to_string());
+        manager
+            .extract_and_merge(&conversation, &session, Timestamp::now())
+            .await
+            .map_err(|e| match e {
+                MemoryError::Model(e) => ApiError::new(ErrorCode::ModelFailed, e.to_string()),
+                MemoryError::Store(e) => ApiError::from(e),
+                other => ApiError::internal(other.to_string()),
+            })
     }
 
     /// The token store (for authentication).

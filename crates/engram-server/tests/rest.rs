@@ -449,7 +449,7 @@ async fn sessions_are_seen_through_their_memories() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn messages_need_infer_false_until_extraction_exists() {
+async fn messages_need_a_model_for_extraction_or_infer_false() {
     let server = TestServer::start().await;
     let messages = json!([{"role": "user", "content": "hello"}]);
     let (status, body) = post(
@@ -596,4 +596,71 @@ async fn anonymous_requests_must_address_this_machine() {
         .unwrap();
     let (status, body) = json_of(response).await;
     assert_eq!((status, code(&body)), (403, "forbidden"));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn messages_with_infer_go_through_extraction_and_merging() {
+    use engram_llm::Provider;
+    use engram_llm::scripted::{ScriptedServer, Turn};
+    use engram_server::ServeOptions;
+    use engram_server::service::Extraction;
+
+    let model_server = ScriptedServer::start(vec![
+        Turn::text(
+            json!({"episodes": [{"summary": "Asked for help moving a FastAPI app to Python 3.12",
+                                 "category": "task_result", "importance": 3}]})
+            .to_string(),
+        ),
+        Turn::text(
+            json!({"facts": [{"key": "web_framework", "value": "FastAPI"}],
+                   "preferences": [{"key": "editor", "value": "helix"}]})
+            .to_string(),
+        ),
+    ])
+    .await
+    .unwrap();
+    let model = engram_llm::build(model_server.client_config(Provider::OpenAi)).unwrap();
+    let dir = tempfile::TempDir::new().unwrap();
+    let mut options = ServeOptions::new("127.0.0.1:0".parse().unwrap(), ServerSettings::default());
+    options.extraction = Some(Extraction {
+        model,
+        workspace: dir.path().join("workspace"),
+        config: Default::default(),
+    });
+    let server = TestServer::start_with_options(dir, options).await;
+
+    let messages = json!([
+        {"role": "user", "content": "I build APIs with FastAPI and I edit in helix."},
+        {"role": "assistant", "content": "Good choices. What do you need?"},
+        {"role": "user", "content": "Help me move the app to Python 3.12."},
+        {"role": "assistant", "content": "Start by updating the base image and the lock file."}
+    ]);
+    let (status, body) = post(
+        &server,
+        "/v1/memories",
+        json!({"user_id": "u", "messages": messages}),
+    )
+    .await;
+    assert_eq!(status, 200, "{body}");
+    assert_eq!(body["extraction"]["episodes_added"], 1, "{body}");
+    assert_eq!(body["extraction"]["facts_added"], 2, "{body}");
+    let (status, body) = post(
+        &server,
+        "/v1/memories/search",
+        json!({"user_id": "u", "query": "which editor"}),
+    )
+    .await;
+    assert_eq!(status, 200);
+    assert!(body.to_string().contains("editor: helix"), "{body}");
+    // Another user's token cannot extract into u's memory.
+    let (_, other) = server.token(&["v"]);
+    let response = client()
+        .post(server.url("/v1/memories"))
+        .bearer_auth(other)
+        .json(&json!({"user_id": "u", "messages": messages}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status().as_u16(), 403);
+    assert_eq!(model_server.requests().len(), 2);
 }

@@ -6,7 +6,9 @@ use std::sync::Arc;
 use anyhow::{Context as _, Result};
 use clap::Args;
 use engram_core::MemoryStore;
+use engram_llm::process_env;
 use engram_server::config::{DEFAULT_LISTEN, ServerSettings, parse_listen};
+use engram_server::service::Extraction;
 use engram_server::{ServeOptions, Server, Stores, shutdown_signal};
 use engram_store::graph::GraphStore;
 use engram_store::tokens::TokenStore;
@@ -71,6 +73,25 @@ pub fn open_stores(ctx: &Context) -> Result<Stores> {
     })
 }
 
+/// Extraction for `infer: true`, when a language model is configured ([llm] in config.toml or
+/// the environment, as for `engram run`); without one such requests answer 501 and the rest of
+/// the server works.
+fn extraction(ctx: &Context) -> Result<Option<Extraction>> {
+    let config = Config::load(ctx.home.dir())?;
+    let model = match engram_llm::from_config(&config.llm, &process_env) {
+        Ok(model) => model,
+        Err(e) => {
+            tracing::info!("extraction from messages (infer: true) is off: {e}");
+            return Ok(None);
+        }
+    };
+    Ok(Some(Extraction {
+        model,
+        workspace: super::gateway::workspace_dir(ctx, None)?,
+        config: config.memory.manager(),
+    }))
+}
+
 /// Structured logs on standard error, filtered by ENGRAM_LOG (default: info).
 pub fn init_logging() {
     let filter = tracing_subscriber::EnvFilter::try_from_env("ENGRAM_LOG")
@@ -101,6 +122,7 @@ pub fn run(ctx: &Context, args: ServeArgs) -> Result<Status> {
     if let Some(concurrency) = args.concurrency {
         options.concurrency = usize::from(concurrency);
     }
+    options.extraction = extraction(ctx)?;
     // One worker per core by default: the handlers are light, the store work runs on the
     // blocking pool.
     let mut builder = tokio::runtime::Builder::new_multi_thread();

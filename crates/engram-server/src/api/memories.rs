@@ -7,8 +7,8 @@ use axum::http::{HeaderValue, StatusCode, Uri, header};
 use axum::response::{IntoResponse, Response};
 use engram_core::store::MemoryPatch;
 use engram_core::{
-    AddOutcome, Filter, Importance, Kind, Memory, MemoryId, MetaCondition, NewMemory, Scope,
-    StoreError,
+    AddOutcome, Filter, Importance, Kind, Memory, MemoryId, Message, MetaCondition, NewMemory,
+    Scope, StoreError,
 };
 use engram_memory::{ScoreParts, SearchHit, SearchRequest};
 use jiff::Timestamp;
@@ -18,7 +18,7 @@ use serde_json::{Map, Value, json};
 
 use super::AppState;
 use crate::auth::Access;
-use crate::error::{ApiError, ErrorCode};
+use crate::error::ApiError;
 use crate::extract::{JsonBody, QueryPairs};
 
 /// Most memories in one batch.
@@ -248,7 +248,9 @@ pub(crate) async fn add(
     }
 }
 
-/// Messages: stored one episode each with `infer: false`; extraction is not wired in yet.
+/// Messages: with `infer: true` (the default) the model extracts episodes, facts and
+/// preferences and merges them with what is known; with `infer: false` each message is
+/// stored verbatim as an episode.
 async fn add_messages(
     state: AppState,
     access: Access,
@@ -258,11 +260,7 @@ async fn add_messages(
     optional: Optional,
 ) -> Result<Response, ApiError> {
     if infer.unwrap_or(true) {
-        return Err(ApiError::new(
-            ErrorCode::NotImplemented,
-            "extracting memories from messages (infer: true, the default) is not available in \
-             this server yet; send \"infer\": false to store each message verbatim as an episode",
-        ));
+        return extract_messages(state, access, scope, messages).await;
     }
     if messages.is_empty() {
         return Err(ApiError::invalid("messages is empty"));
@@ -306,6 +304,37 @@ async fn add_messages(
         StatusCode::OK
     };
     Ok((status, axum::Json(json!({"results": results}))).into_response())
+}
+
+/// `infer: true`: the conversation goes through extraction and merging; the answer is what
+/// that did (`{"extraction": {...}}`), 200 even when nothing was worth keeping.
+async fn extract_messages(
+    state: AppState,
+    access: Access,
+    scope: Scope,
+    messages: Vec<MessageBody>,
+) -> Result<Response, ApiError> {
+    if messages.is_empty() {
+        return Err(ApiError::invalid("messages is empty"));
+    }
+    let mut conversation = Vec::with_capacity(messages.len());
+    for (i, message) in messages.into_iter().enumerate() {
+        conversation.push(match message.role.as_str() {
+            "user" => Message::user(message.content),
+            "assistant" => Message::assistant(message.content),
+            "system" => Message::system(message.content),
+            // Tool output is not conversation; extraction reads user and assistant words.
+            "tool" => continue,
+            other => {
+                return Err(ApiError::invalid(format!(
+                    "messages[{i}].role: unknown role '{other}' (expected one of: {})",
+                    ROLES.join(", ")
+                )));
+            }
+        });
+    }
+    let report = state.service.extract(&access, &scope, conversation).await?;
+    Ok((StatusCode::OK, axum::Json(json!({"extraction": report}))).into_response())
 }
 
 /// `POST /v1/memories/batch`.

@@ -41,8 +41,12 @@ impl TestServer {
 
     /// Starts a server on the database in `dir`, listening on `listen`.
     pub async fn start_on(dir: TempDir, settings: ServerSettings, listen: SocketAddr) -> Self {
+        Self::start_with_options(dir, ServeOptions::new(listen, settings)).await
+    }
+
+    /// Starts a server on the database in `dir` with these options.
+    pub async fn start_with_options(dir: TempDir, options: ServeOptions) -> Self {
         let stores = Stores::open(&dir.path().join("engram.db")).unwrap();
-        let options = ServeOptions::new(listen, settings);
         let server = Server::bind(&stores, options).await.unwrap();
         let addr = server.local_addr().unwrap();
         let (stop, stopped) = oneshot::channel::<()>();
