@@ -78,8 +78,13 @@ struct Gateway {
 
 impl Gateway {
     fn start(home: &Path, extra: &[&str]) -> Self {
+        Self::start_as(home, &["gateway"], extra)
+    }
+
+    /// The gateway inside another command (`engram serve --gateway`).
+    fn start_as(home: &Path, command: &[&str], extra: &[&str]) -> Self {
         let mut child = engram(home)
-            .arg("gateway")
+            .args(command)
             .args(extra)
             .env("ENGRAM_GATEWAY_RUNNER", "echo")
             .stdout(Stdio::piped())
@@ -591,4 +596,24 @@ fn onboard_creates_a_home_and_never_overwrites() {
         std::fs::read_to_string(h.join("workspace/USER.md")).unwrap(),
         "Alice"
     );
+}
+
+#[test]
+fn serve_with_gateway_runs_jobs_and_stops_both_on_sigterm() {
+    let home = TempDir::new().unwrap();
+    let h = home.path();
+    let mut both = Gateway::start_as(h, &["serve", "--gateway", "--listen", "127.0.0.1:0"], &[]);
+    let id = add(h, &["--name", "ping", "--message", "served", "--at", "now"]);
+    both.expect(&format!("job {id} (ping): run #"));
+    both.expect("  | echo: served");
+    // The same home has its gateway: another is refused.
+    let out = engram(h)
+        .arg("gateway")
+        .env("ENGRAM_GATEWAY_RUNNER", "echo")
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(4));
+    both.signal("TERM");
+    assert!(both.wait(Duration::from_secs(15)).success());
+    both.expect("gateway stopped");
 }

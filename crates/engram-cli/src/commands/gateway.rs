@@ -225,6 +225,25 @@ impl TurnRunner for AgentRunner {
 
 /// Runs `engram gateway`.
 pub fn run(ctx: &Context, args: GatewayArgs) -> Result<Status> {
+    let (gateway, lock) = build(ctx, args)?;
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .context("cannot start the async runtime")?;
+    runtime.block_on(async {
+        // Handlers go in before the gateway logs anything, so a SIGTERM sent as soon as it is
+        // seen running is caught rather than killing it outright.
+        let shutdown = shutdown_signal()?;
+        gateway.run(shutdown).await.map_err(anyhow::Error::from)
+    })?;
+    drop(lock);
+    Ok(Status::Success)
+}
+
+/// The gateway `args` describe, ready to run, and the lock that keeps it the only one in
+/// this home (hold it while the gateway runs). `engram serve --gateway` runs it too.
+pub fn build(ctx: &Context, args: GatewayArgs) -> Result<(Gateway, GatewayLock)> {
     let scheduler = open_scheduler(ctx)?;
     let config = scheduler_config(ctx)?;
     let runner = turn_runner(ctx, args.workspace.clone())?;
@@ -258,20 +277,7 @@ pub fn run(ctx: &Context, args: GatewayArgs) -> Result<Status> {
     } else {
         Arc::new(log_text)
     };
-    let runtime = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .context("cannot start the async runtime")?;
-    let gateway = Gateway::new(scheduler, runner, options, log);
-    runtime.block_on(async {
-        // Handlers go in before the gateway logs anything, so a SIGTERM sent as soon as it is
-        // seen running is caught rather than killing it outright.
-        let shutdown = shutdown_signal()?;
-        gateway.run(shutdown).await.map_err(anyhow::Error::from)
-    })?;
-    drop(lock);
-    Ok(Status::Success)
+    Ok((Gateway::new(scheduler, runner, options, log), lock))
 }
 
 /// Installs SIGTERM and SIGINT handlers now and returns a future that completes on either.

@@ -13,6 +13,7 @@ use engram_server::{ServeOptions, Server, Stores, shutdown_signal};
 use engram_store::graph::GraphStore;
 use engram_store::tokens::TokenStore;
 
+use super::gateway::GatewayArgs;
 use super::{Context, retrieval};
 use crate::config::Config;
 use crate::exit::{Status, usage};
@@ -43,6 +44,10 @@ pub struct ServeArgs {
     /// at most 8).
     #[arg(long, value_name = "N", value_parser = clap::value_parser!(u16).range(1..=256))]
     pub concurrency: Option<u16>,
+    /// Also run the gateway in this process: scheduled jobs and the heartbeat, as `engram
+    /// gateway` runs them (needs a language model; one gateway per ENGRAM_HOME).
+    #[arg(long)]
+    pub gateway: bool,
 }
 
 /// `[server]` from config.toml, checked.
@@ -123,6 +128,18 @@ pub fn run(ctx: &Context, args: ServeArgs) -> Result<Status> {
         options.concurrency = usize::from(concurrency);
     }
     options.extraction = extraction(ctx)?;
+    let gateway = if args.gateway {
+        Some(super::gateway::build(
+            ctx,
+            GatewayArgs {
+                workspace: None,
+                heartbeat: None,
+                shutdown_grace: 10,
+            },
+        )?)
+    } else {
+        None
+    };
     // One worker per core by default: the handlers are light, the store work runs on the
     // blocking pool.
     let mut builder = tokio::runtime::Builder::new_multi_thread();
@@ -141,10 +158,36 @@ pub fn run(ctx: &Context, args: ServeArgs) -> Result<Status> {
         let addr = server.local_addr()?;
         tracing::info!(%addr, "engram serve: REST API at /v1, MCP at /mcp, OpenAPI at /openapi.json");
         eprintln!("engram is listening on http://{addr} (Ctrl-C to stop)");
-        server
-            .run(shutdown_signal())
+        // One signal stops both the server and the gateway.
+        let (stop, stopped) = tokio::sync::watch::channel(false);
+        tokio::spawn(async move {
+            shutdown_signal().await;
+            let _ = stop.send(true);
+        });
+        let until_stopped = move || {
+            let mut stopped = stopped.clone();
+            async move {
+                let _ = stopped.wait_for(|stop| *stop).await;
+            }
+        };
+        let scheduled = gateway.map(|(gateway, lock)| {
+            let stop = until_stopped();
+            tokio::spawn(async move {
+                let result = gateway.run(stop).await;
+                drop(lock);
+                result
+            })
+        });
+        let served = server
+            .run(until_stopped())
             .await
-            .context("the server stopped with an error")
+            .context("the server stopped with an error");
+        if let Some(task) = scheduled {
+            task.await
+                .context("the gateway task failed")?
+                .context("the gateway stopped with an error")?;
+        }
+        served
     })?;
     eprintln!("engram serve stopped");
     Ok(Status::Success)
