@@ -150,6 +150,7 @@ impl SqliteStore {
         new: NewMemory,
         actor: &str,
         now: Timestamp,
+        stats: &mut UserStatsDelta,
     ) -> Result<AddOutcome, StoreError> {
         new.validate()?;
         let truncate = engram_core::time::truncate_to_micros;
@@ -172,12 +173,16 @@ impl SqliteStore {
             metadata: new.metadata,
         };
         let metadata = serde_json::Value::Object(memory.metadata.clone()).to_string();
+        // Analysed before the row exists (every stored row precedes it), so the row is written
+        // once, term count included.
+        let body = index_body(tx, None, &memory).map_err(|e| self.err(e))?;
         let inserted = tx
             .prepare_cached(
                 "INSERT OR IGNORE INTO memories (id, user_id, agent_id, session_id, kind, text, \
                  category, importance, metadata, created_at, updated_at, valid_from, valid_to, \
-                 expires_at, source, content_hash) \
-                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16)",
+                 expires_at, source, content_hash, body_terms) \
+                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, \
+                 ?17)",
             )
             .and_then(|mut stmt| {
                 stmt.execute(params![
@@ -197,6 +202,7 @@ impl SqliteStore {
                     memory.expires_at.map(micros),
                     memory.source,
                     memory.content_hash,
+                    body.terms,
                 ])
             })
             .map_err(|e| self.err(e))?;
@@ -218,7 +224,8 @@ impl SqliteStore {
             return Ok(AddOutcome::Duplicate(existing));
         }
         let rowid = tx.last_insert_rowid();
-        index_row(tx, rowid, &memory).map_err(|e| self.err(e))?;
+        write_index_body(tx, rowid, &body).map_err(|e| self.err(e))?;
+        stats.count(&memory.scope.user_id, body.terms);
         record(
             tx,
             &memory.id,
@@ -476,7 +483,32 @@ fn migrate(conn: &mut Connection, path: &Path, options: &StoreOptions) -> Result
     if analyzer.as_deref() != Some(fts::ANALYZER_VERSION) {
         rebuild_text_index(&tx).map_err(map)?;
     }
+    set_fts_buffer(&tx).map_err(map)?;
     tx.commit().map_err(map)
+}
+
+/// Bytes of new postings the full-text index buffers before writing a segment.
+const FTS_BUFFER_BYTES: i64 = 8 << 20;
+
+/// Gives the full-text index a larger write buffer than FTS5's default of 1 MiB (a setting
+/// stored in the index itself, written once). Terms carry their user's prefix, so a batch of
+/// 2,000 imported memories overflowed the default several times and wrote several small
+/// segments that then had to be merged again; with 8 MiB a batch becomes one segment.
+fn set_fts_buffer(tx: &Transaction<'_>) -> rusqlite::Result<()> {
+    let current: Option<i64> = tx
+        .query_row(
+            "SELECT v FROM memories_fts_config WHERE k = 'hashsize'",
+            [],
+            |r| r.get(0),
+        )
+        .optional()?;
+    if current != Some(FTS_BUFFER_BYTES) {
+        tx.execute(
+            "INSERT INTO memories_fts (memories_fts, rank) VALUES ('hashsize', ?1)",
+            [FTS_BUFFER_BYTES],
+        )?;
+    }
+    Ok(())
 }
 
 /// Switches to write-ahead logging, which lets readers and one writer work at once. The switch
@@ -507,7 +539,7 @@ fn set_wal(conn: &Connection, path: &Path, options: &StoreOptions) -> Result<(),
 /// Only the full-text index sees the context; the memory's text and its vector are its own.
 fn conversation_context(
     tx: &Transaction<'_>,
-    rowid: i64,
+    rowid: Option<i64>,
     memory: &Memory,
 ) -> rusqlite::Result<Option<String>> {
     let Some(session) = &memory.scope.session_id else {
@@ -516,6 +548,8 @@ fn conversation_context(
     if memory.kind != engram_core::Kind::Episode {
         return Ok(None);
     }
+    // A row not stored yet comes after every stored one (rowids only grow).
+    let rowid = rowid.unwrap_or(i64::MAX);
     tx.prepare_cached(
         "SELECT text FROM memories WHERE user_id = ?1 AND session_id = ?2 \
          AND kind = 'episode' AND rowid <> ?3 \
@@ -534,34 +568,90 @@ fn conversation_context(
     .optional()
 }
 
-/// Indexes a memory's words, with those of the turn before it in its conversation, and counts
-/// them into the user's statistics.
-fn index_row(tx: &Transaction<'_>, rowid: i64, memory: &Memory) -> rusqlite::Result<()> {
+/// What the full-text index holds for one memory: its analysed words with those of its
+/// conversation context, and how many there are.
+struct IndexBody {
+    text: String,
+    terms: i64,
+}
+
+/// Analyses a memory for the full-text index: its words, then those of the turn before it in
+/// its conversation. `rowid` is `None` for a memory about to be stored.
+fn index_body(
+    tx: &Transaction<'_>,
+    rowid: Option<i64>,
+    memory: &Memory,
+) -> rusqlite::Result<IndexBody> {
     let user = &memory.scope.user_id;
-    let mut body = fts::index_text(user, &memory.text);
+    let mut text = fts::index_text(user, &memory.text);
     if let Some(context) = conversation_context(tx, rowid, memory)? {
         let context = fts::index_text(user, &context);
         if !context.is_empty() {
-            if !body.is_empty() {
-                body.push(' ');
+            if !text.is_empty() {
+                text.push(' ');
             }
-            body.push_str(&context);
+            text.push_str(&context);
         }
     }
-    let terms = if body.is_empty() {
+    let terms = if text.is_empty() {
         0
     } else {
-        body.split(' ').count() as i64
+        text.split(' ').count() as i64
     };
+    Ok(IndexBody { text, terms })
+}
+
+/// Adds an analysed body to the full-text index under `rowid`.
+fn write_index_body(tx: &Transaction<'_>, rowid: i64, body: &IndexBody) -> rusqlite::Result<()> {
     tx.prepare_cached("INSERT INTO memories_fts (rowid, body) VALUES (?1, ?2)")?
-        .execute(params![rowid, body])?;
+        .execute(params![rowid, body.text])?;
+    Ok(())
+}
+
+/// Documents and terms added to each user's full-text statistics within one transaction,
+/// written once at its end rather than row by row.
+#[derive(Debug, Default)]
+struct UserStatsDelta(HashMap<String, (i64, i64)>);
+
+impl UserStatsDelta {
+    fn count(&mut self, user_id: &str, terms: i64) {
+        match self.0.get_mut(user_id) {
+            Some((docs, total)) => {
+                *docs += 1;
+                *total += terms;
+            }
+            None => {
+                self.0.insert(user_id.to_string(), (1, terms));
+            }
+        }
+    }
+
+    fn write(self, tx: &Transaction<'_>) -> rusqlite::Result<()> {
+        let mut upsert = tx.prepare_cached(
+            "INSERT INTO fts_user_stats (user_id, docs, terms) VALUES (?1, ?2, ?3) \
+             ON CONFLICT (user_id) DO UPDATE SET docs = docs + excluded.docs, \
+             terms = terms + excluded.terms",
+        )?;
+        for (user, (docs, terms)) in self.0 {
+            upsert.execute(params![user, docs, terms])?;
+        }
+        Ok(())
+    }
+}
+
+/// Indexes a stored memory's words, with those of the turn before it in its conversation, and
+/// counts them into the user's statistics.
+fn index_row(
+    tx: &Transaction<'_>,
+    rowid: i64,
+    memory: &Memory,
+    stats: &mut UserStatsDelta,
+) -> rusqlite::Result<()> {
+    let body = index_body(tx, Some(rowid), memory)?;
+    write_index_body(tx, rowid, &body)?;
     tx.prepare_cached("UPDATE memories SET body_terms = ?2 WHERE rowid = ?1")?
-        .execute(params![rowid, terms])?;
-    tx.prepare_cached(
-        "INSERT INTO fts_user_stats (user_id, docs, terms) VALUES (?1, 1, ?2) \
-         ON CONFLICT (user_id) DO UPDATE SET docs = docs + 1, terms = terms + excluded.terms",
-    )?
-    .execute(params![user, terms])?;
+        .execute(params![rowid, body.terms])?;
+    stats.count(&memory.scope.user_id, body.terms);
     Ok(())
 }
 
@@ -580,9 +670,11 @@ fn rebuild_text_index(tx: &Transaction<'_>) -> rusqlite::Result<()> {
             Ok((row.get(MEMORY_COLUMN_COUNT)?, memory_from_row(row)?))
         })?
         .collect::<Result<_, _>>()?;
+    let mut stats = UserStatsDelta::default();
     for (rowid, memory) in &rows {
-        index_row(tx, *rowid, memory)?;
+        index_row(tx, *rowid, memory, &mut stats)?;
     }
+    stats.write(tx)?;
     tx.execute(
         "INSERT INTO engram_meta (key, value) VALUES ('text_analyzer', ?1) \
          ON CONFLICT (key) DO UPDATE SET value = excluded.value",
@@ -648,7 +740,12 @@ fn record(
 impl MemoryStore for SqliteStore {
     fn add(&self, memory: NewMemory, actor: &str) -> Result<AddOutcome, StoreError> {
         let now = self.now();
-        self.write(|tx| self.insert(tx, memory, actor, now))
+        self.write(|tx| {
+            let mut stats = UserStatsDelta::default();
+            let outcome = self.insert(tx, memory, actor, now, &mut stats)?;
+            stats.write(tx).map_err(|e| self.err(e))?;
+            Ok(outcome)
+        })
     }
 
     fn add_many(
@@ -659,14 +756,16 @@ impl MemoryStore for SqliteStore {
         let now = self.now();
         self.write(|tx| {
             let mut outcomes = Vec::with_capacity(memories.len());
+            let mut stats = UserStatsDelta::default();
             for memory in memories {
-                match self.insert(tx, memory, actor, now) {
+                match self.insert(tx, memory, actor, now, &mut stats) {
                     Err(StoreError::Invalid(e)) => outcomes.push(Err(StoreError::Invalid(e))),
                     // Anything else (disk full, corruption) aborts the whole batch.
                     Err(e) => return Err(e),
                     Ok(outcome) => outcomes.push(Ok(outcome)),
                 }
             }
+            stats.write(tx).map_err(|e| self.err(e))?;
             Ok(outcomes)
         })
     }
@@ -735,8 +834,10 @@ impl MemoryStore for SqliteStore {
             })
             .map_err(|e| self.err(e))?;
             if memory.text != old_text {
+                let mut stats = UserStatsDelta::default();
                 unindex_row(tx, rowid)
-                    .and_then(|_| index_row(tx, rowid, &memory))
+                    .and_then(|_| index_row(tx, rowid, &memory, &mut stats))
+                    .and_then(|_| stats.write(tx))
                     .and_then(|_| drop_orphan_vectors(tx, &old_hash))
                     .map_err(|e| self.err(e))?;
             }

@@ -781,3 +781,64 @@ fn a_conversation_turn_is_found_by_the_words_of_the_turn_it_answers() {
             .all(|t| t == "Yes, twice last year!")
     );
 }
+
+#[test]
+fn a_batch_and_the_same_memories_one_at_a_time_score_alike() {
+    // Per-user statistics are summed per batch and conversation context is read before the row
+    // is written: neither may change what search sees.
+    let turns = [
+        ("u", "s1", "Did you ever make it to Lisbon?"),
+        (
+            "u",
+            "s1",
+            "Yes, twice, and the trams in Lisbon were lovely.",
+        ),
+        ("u", "s2", "I repaired the old bike with new brakes."),
+        ("v", "s1", "Lisbon trams and Porto wine, a long trip."),
+        ("u", "s2", "The brakes squeak when it rains."),
+        ("v", "s1", "Trams again!"),
+    ];
+    let memories = || {
+        turns.iter().enumerate().map(|(i, (user, session, text))| {
+            NewMemory::new(Scope::user(*user).with_session(*session), *text)
+                .at(t("2024-01-01T10:00:00Z") + SignedDuration::from_mins(i as i64))
+        })
+    };
+    let single = fixture();
+    for memory in memories() {
+        single.store.add(memory, "t").unwrap();
+    }
+    let batched = fixture();
+    let outcomes = batched.store.add_many(memories().collect(), "t").unwrap();
+    assert!(
+        outcomes
+            .iter()
+            .all(|o| matches!(o, Ok(AddOutcome::Added(_))))
+    );
+    for (user, query) in [("u", "Lisbon trams"), ("u", "brakes rain"), ("v", "trams")] {
+        let scores = |store: &SqliteStore| {
+            store
+                .search_lexical(&Filter::user(user), query, 10)
+                .unwrap()
+                .into_iter()
+                .map(|h| (h.memory.text, h.bm25))
+                .collect::<Vec<_>>()
+        };
+        let expected = scores(&single.store);
+        assert!(!expected.is_empty(), "{query}");
+        assert_eq!(scores(&batched.store), expected, "{user}: {query}");
+    }
+    // The full-text index keeps its larger write buffer across reopening.
+    let path = batched._dir.path().join("engram.db");
+    drop(batched.store);
+    let _reopened = SqliteStore::open(&path).unwrap();
+    let conn = rusqlite::Connection::open(&path).unwrap();
+    let buffer: i64 = conn
+        .query_row(
+            "SELECT v FROM memories_fts_config WHERE k = 'hashsize'",
+            [],
+            |r| r.get(0),
+        )
+        .unwrap();
+    assert_eq!(buffer, 8 << 20);
+}
