@@ -327,7 +327,13 @@ impl MemoryManager {
                     min_importance,
                     ..self.filter()
                 },
-                query: relevance_query(user_message, now, &self.time_zone),
+                // An embedder reads the whole message best; BM25 is faster and no worse on the
+                // message's distinctive words.
+                query: if self.searcher.embedder().is_some() {
+                    user_message.to_string()
+                } else {
+                    relevance_query(user_message, now, &self.time_zone)
+                },
                 limit: self.config.relevant_episodes,
             };
             match self.searcher.search(&request).await {
@@ -763,7 +769,8 @@ impl MemoryManager {
 /// Most words of a user message searched for relevant memories.
 pub const MAX_QUERY_TERMS: usize = 8;
 
-/// The words of a user message searched for relevant memories: its [`MAX_QUERY_TERMS`] longest
+/// The words of a user message searched for relevant memories by a lexical-only searcher (with
+/// an embedder the whole message is searched): its [`MAX_QUERY_TERMS`] longest
 /// distinct words (longer words are rarer and say more; every extra common word makes the search
 /// slower and rarely better), in the message's order, plus any time phrase ("last week") so
 /// ranking can still favour that time. A short message is searched as it is.
