@@ -648,3 +648,62 @@ async fn the_overview_shows_the_profile_the_last_episodes_and_counts() {
         "I remember 1 fact, 1 preference and 2 episodes about you."
     );
 }
+
+#[tokio::test]
+async fn the_block_brings_back_relevant_and_recent_episodes_once_and_skips_trivia() {
+    let world = World::new();
+    let add = |text: &str, importance: i64, hours_ago: i64| {
+        world
+            .store
+            .add(
+                engram_core::NewMemory::new(engram_core::Scope::user(USER), text)
+                    .with_importance(engram_core::Importance::new(importance).unwrap())
+                    .at(day_one() - SignedDuration::from_hours(hours_ago)),
+                "test",
+            )
+            .unwrap();
+    };
+    add("Moved the deploy pipeline to GitHub Actions", 4, 24 * 40);
+    add("Chatted about the weather before the deploy", 1, 1);
+    add("Reviewed the billing service pull request", 3, 2);
+    add("Fixed the flaky login test", 3, 3);
+    add("Upgraded PostgreSQL to 16", 3, 4);
+    add("Wrote the onboarding guide", 3, 5);
+    let manager = world.manager(None, ManagerConfig::default());
+    let block = manager
+        .context_block("how does our deploy pipeline work again?", day_one())
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(block.count(Section::Relevant), 1, "{}", block.text);
+    assert!(block.text.contains(
+        "## Earlier episodes that may be relevant\n- 2024-04-06: Moved the deploy pipeline"
+    ));
+    // The three latest episodes worth remembering, not the one already shown, not the trivia.
+    assert_eq!(block.count(Section::Recent), 3);
+    assert!(block.text.contains("Reviewed the billing service"));
+    assert!(block.text.contains("Fixed the flaky login test"));
+    assert!(block.text.contains("Upgraded PostgreSQL"));
+    assert!(!block.text.contains("onboarding"));
+    assert!(!block.text.contains("weather"));
+    assert_eq!(block.text.matches("deploy pipeline").count(), 1);
+    // A tiny budget still holds, keeping the most relevant line.
+    let small = world.manager(
+        None,
+        ManagerConfig {
+            context_budget_tokens: 120,
+            ..ManagerConfig::default()
+        },
+    );
+    let block = small
+        .context_block("how does our deploy pipeline work again?", day_one())
+        .await
+        .unwrap()
+        .unwrap();
+    assert!(block.tokens <= 120, "{}", block.tokens);
+    assert!(
+        block.text.contains("Moved the deploy pipeline"),
+        "{}",
+        block.text
+    );
+}
