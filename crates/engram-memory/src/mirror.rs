@@ -16,6 +16,9 @@ use jiff::civil::Date;
 /// The long-term file's name.
 pub const LONG_TERM_FILE: &str = "MEMORY.md";
 
+/// The lock file daily-note appends take (in the memory folder).
+const DAILY_LOCK_FILE: &str = ".daily.lock";
+
 /// Why a markdown file could not be read or written.
 #[derive(Debug, thiserror::Error)]
 #[error("cannot {action} {}: {source}", path.display())]
@@ -81,8 +84,26 @@ impl MarkdownMirror {
     /// Appends `text` as a list item to the daily note of `date`, creating the file with its
     /// `# YYYY-MM-DD` heading on the day's first note. Lines after the first are indented so the
     /// item stays one item.
+    ///
+    /// Read, append and rename happen under an exclusive lock on `memory/.daily.lock`, so two
+    /// processes appending at once both keep their note.
     pub fn append_daily(&self, date: Date, text: &str) -> Result<(), MirrorError> {
         let path = self.daily_path(date);
+        let lock_path = self.dir.join(DAILY_LOCK_FILE);
+        let locked = fs::create_dir_all(&self.dir)
+            .and_then(|()| {
+                fs::OpenOptions::new()
+                    .create(true)
+                    .truncate(false)
+                    .write(true)
+                    .open(&lock_path)
+            })
+            .and_then(|file| file.lock().map(|()| file))
+            .map_err(|source| MirrorError {
+                action: "lock",
+                path: lock_path,
+                source,
+            })?;
         let mut body = match read_optional(&path)? {
             Some(existing) => existing,
             None => format!("# {date}\n\n"),
@@ -101,11 +122,13 @@ impl MarkdownMirror {
             body.push_str(line.trim_end());
             body.push('\n');
         }
-        write_atomic(&path, body.as_bytes()).map_err(|source| MirrorError {
+        let written = write_atomic(&path, body.as_bytes()).map_err(|source| MirrorError {
             action: "write",
             path,
             source,
-        })
+        });
+        drop(locked);
+        written
     }
 
     /// The daily notes of the `days` days up to and including `today` that exist, oldest first,
@@ -150,6 +173,8 @@ impl MarkdownMirror {
                 removed += 1;
             }
         }
+        // The lock file holds nothing; it goes with the notes.
+        let _ = fs::remove_file(self.dir.join(DAILY_LOCK_FILE));
         Ok(removed)
     }
 }
@@ -207,6 +232,31 @@ mod tests {
 
     fn date(s: &str) -> Date {
         s.parse().unwrap()
+    }
+
+    #[test]
+    fn appends_from_many_threads_at_once_all_land() {
+        let dir = tempfile::tempdir().unwrap();
+        let day = date("2024-05-16");
+        std::thread::scope(|scope| {
+            for t in 0..4 {
+                let mirror = MarkdownMirror::new(dir.path());
+                scope.spawn(move || {
+                    for i in 0..25 {
+                        mirror.append_daily(day, &format!("note {t}-{i}")).unwrap();
+                    }
+                });
+            }
+        });
+        let text = MarkdownMirror::new(dir.path())
+            .read_daily(day)
+            .unwrap()
+            .unwrap();
+        assert_eq!(
+            text.lines().filter(|l| l.starts_with("- note ")).count(),
+            100
+        );
+        assert_eq!(text.matches("# 2024-05-16").count(), 1);
     }
 
     #[test]
