@@ -438,6 +438,57 @@ fn export_hands_over_everything_oldest_first() {
 }
 
 #[test]
+fn a_short_top_list_is_exactly_the_head_of_the_full_ranking() {
+    // Thousands of candidates share common words; a few hold rare ones. The top 10 (found by
+    // scoring the best bounds first) must be the first 10 of ranking every candidate, filters
+    // included, with the same scores and the same tie order.
+    let f = fixture();
+    let words = ["river", "stone", "bridge", "lantern", "harbor", "meadow"];
+    let mut batch = Vec::new();
+    for i in 0..3000u32 {
+        let mut text = format!("note {i} about the river");
+        for (j, word) in words.iter().enumerate() {
+            if i % (j as u32 + 2) == 0 {
+                text.push(' ');
+                text.push_str(word);
+            }
+        }
+        for _ in 0..(i % 7) {
+            text.push_str(" and more words to vary the length");
+        }
+        batch.push(
+            NewMemory::new(Scope::user("u"), text)
+                .with_importance(Importance::new(i64::from(i % 5 + 1)).unwrap()),
+        );
+    }
+    f.store.add_many(batch, "test").unwrap();
+    for query in [
+        "river lantern",
+        "bridge meadow harbor",
+        "note river stone",
+        "\"the river\"",
+    ] {
+        for filter in [
+            Filter::user("u"),
+            Filter {
+                min_importance: Some(Importance::new(4).unwrap()),
+                ..Filter::user("u")
+            },
+        ] {
+            let full = f.store.search_lexical(&filter, query, 100_000).unwrap();
+            let top = f.store.search_lexical(&filter, query, 10).unwrap();
+            let full: Vec<_> = full
+                .iter()
+                .take(10)
+                .map(|h| (h.memory.id, h.bm25))
+                .collect();
+            let top: Vec<_> = top.iter().map(|h| (h.memory.id, h.bm25)).collect();
+            assert_eq!(top, full, "{query}");
+        }
+    }
+}
+
+#[test]
 fn add_many_reports_each_item_and_keeps_the_good_ones() {
     let f = fixture();
     let outcomes = f
