@@ -304,14 +304,7 @@ impl MemoryHooks {
 #[async_trait::async_trait]
 impl TurnHooks for MemoryHooks {
     async fn context(&self, input: &str, _state: &dyn RunState) -> Vec<Message> {
-        match self.manager.context_block(input, Timestamp::now()).await {
-            Ok(Some(block)) => vec![Message::system(block.text)],
-            Ok(None) => Vec::new(),
-            Err(e) => {
-                eprintln!("warning: the memory block was left out of this turn: {e}");
-                Vec::new()
-            }
-        }
+        memory_block(&self.manager, input).await
     }
 
     async fn after_turn(&self, _outcome: &RunOutcome, _state: &dyn RunState) {
@@ -319,6 +312,19 @@ impl TurnHooks for MemoryHooks {
         let every = self.manager.config().extract_every_turns;
         if every > 0 && turns.is_multiple_of(every) {
             self.spawn_extraction();
+        }
+    }
+}
+
+/// The memory block for a turn on `input`, as a system message; none when memory has nothing
+/// to say, or (with a warning) when it could not be built: a turn never fails for it.
+pub async fn memory_block(manager: &MemoryManager, input: &str) -> Vec<Message> {
+    match manager.context_block(input, Timestamp::now()).await {
+        Ok(Some(block)) => vec![Message::system(block.text)],
+        Ok(None) => Vec::new(),
+        Err(e) => {
+            eprintln!("warning: the memory block was left out of this turn: {e}");
+            Vec::new()
         }
     }
 }

@@ -26,7 +26,7 @@ use jiff::Timestamp;
 use serde_json::json;
 
 use super::Context;
-use super::agent_common::{AgentArgs, prepare_with_memory};
+use super::agent_common::{AgentArgs, memory_block, prepare_with_memory};
 use super::cron::open_scheduler;
 use crate::config::Config;
 use crate::exit::{Failure, Status};
@@ -130,14 +130,7 @@ struct ContextHooks(Arc<MemoryManager>);
 #[async_trait::async_trait]
 impl TurnHooks for ContextHooks {
     async fn context(&self, input: &str, _state: &dyn RunState) -> Vec<Message> {
-        match self.0.context_block(input, Timestamp::now()).await {
-            Ok(Some(block)) => vec![Message::system(block.text)],
-            Ok(None) => Vec::new(),
-            Err(e) => {
-                eprintln!("warning: the memory block was left out of a scheduled turn: {e}");
-                Vec::new()
-            }
-        }
+        memory_block(&self.0, input).await
     }
 }
 
