@@ -57,18 +57,23 @@ pub struct BenchAgentArgs {
 
 /// One figure: median and 95th percentile, in milliseconds, against a target if it has one.
 #[derive(Debug, Serialize)]
-struct Figure {
-    name: &'static str,
-    samples: usize,
-    median_ms: f64,
-    p95_ms: f64,
-    max_ms: f64,
-    target_ms: Option<f64>,
-    met: Option<bool>,
+pub(crate) struct Figure {
+    pub(crate) name: &'static str,
+    pub(crate) samples: usize,
+    pub(crate) median_ms: f64,
+    pub(crate) p95_ms: f64,
+    pub(crate) max_ms: f64,
+    pub(crate) target_ms: Option<f64>,
+    pub(crate) met: Option<bool>,
 }
 
 impl Figure {
-    fn of(name: &'static str, samples: &[Duration], target_ms: Option<f64>) -> Result<Figure> {
+    /// The figure of `samples`, met when the median is within `target_ms`.
+    pub(crate) fn of(
+        name: &'static str,
+        samples: &[Duration],
+        target_ms: Option<f64>,
+    ) -> Result<Figure> {
         let summary =
             LatencySummary::of(samples).ok_or_else(|| anyhow!("no samples for {name}"))?;
         let ms = |d: Duration| d.as_secs_f64() * 1e3;

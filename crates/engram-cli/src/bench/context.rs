@@ -6,9 +6,9 @@
 //! next to what sending the full conversation history would cost.
 
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
-use anyhow::{Context as _, Result, anyhow};
+use anyhow::{Context as _, Result};
 use clap::Args;
 use engram_core::{Importance, Kind, MemoryStore, Message, NewMemory, Scope};
 use engram_llm::Provider;
@@ -21,6 +21,7 @@ use jiff::{SignedDuration, Timestamp};
 use serde::Serialize;
 use serde_json::{Value, json};
 
+use crate::bench::agent::Figure;
 use crate::bench::store::{SplitMix, Vocabulary};
 use crate::commands::Context;
 use crate::commands::agent_common::runtime;
@@ -46,34 +47,6 @@ pub struct BenchContextArgs {
     /// The memory block's budget in tokens.
     #[arg(long, default_value = "1500")]
     pub budget: usize,
-}
-
-#[derive(Debug, Serialize)]
-struct Figure {
-    name: &'static str,
-    samples: usize,
-    median_ms: f64,
-    p95_ms: f64,
-    max_ms: f64,
-    target_ms: Option<f64>,
-    met: Option<bool>,
-}
-
-impl Figure {
-    fn of(name: &'static str, samples: &[Duration], target_ms: Option<f64>) -> Result<Figure> {
-        let summary =
-            LatencySummary::of(samples).ok_or_else(|| anyhow!("no samples for {name}"))?;
-        let ms = |d: Duration| d.as_secs_f64() * 1e3;
-        Ok(Figure {
-            name,
-            samples: summary.count,
-            median_ms: ms(summary.median),
-            p95_ms: ms(summary.p95),
-            max_ms: ms(summary.max),
-            target_ms,
-            met: target_ms.map(|t| ms(summary.median) <= t),
-        })
-    }
 }
 
 #[derive(Debug, Serialize)]
