@@ -94,6 +94,8 @@ impl Ord for Farthest {
     }
 }
 
+/// An unused link word (never a node: [`Hnsw::append`] refuses node `u32::MAX`).
+const EMPTY: u32 = u32::MAX;
 /// The entry point word when the graph is empty.
 const NO_ENTRY: u64 = u64::MAX;
 /// Highest layer a node may get (a million nodes need about six with m = 12).
@@ -121,11 +123,12 @@ pub(crate) struct Hnsw {
     vectors: Vec<i8>,
     scales: Vec<f32>,
     levels: Vec<u8>,
-    /// Layer 0: per node `m0 + 1` words, the count then the links.
+    /// Layer 0: per node `m0` words, the links followed by [`EMPTY`] words when there are
+    /// fewer (no count word: 4 MB less at a million nodes).
     links0: Vec<AtomicU32>,
     /// Where a node's upper-layer lists start in `upper_links` (unused for layer-0-only nodes).
     upper_start: Vec<u32>,
-    /// Upper layers: per node and layer above 0, `m + 1` words, the count then the links.
+    /// Upper layers: per node and layer above 0, `m` words laid out as on layer 0.
     upper_links: Vec<AtomicU32>,
     entry: AtomicU64,
     entry_lock: Mutex<()>,
@@ -206,7 +209,13 @@ impl Hnsw {
         self.scales.reserve_exact(additional);
         self.levels.reserve_exact(additional);
         self.upper_start.reserve_exact(additional);
-        self.links0.reserve_exact(additional * (self.m0 + 1));
+        self.links0.reserve_exact(additional * self.m0);
+    }
+
+    /// Drops what only linking needed (the visited lists of the linking threads); searches
+    /// allocate their own again.
+    pub fn release_build_memory(&self) {
+        self.visited.clear();
     }
 
     /// Bytes held by the graph and its vectors.
@@ -262,13 +271,14 @@ impl Hnsw {
         }
         let level = self.random_level();
         self.levels.push(level);
-        self.links0.extend((0..=self.m0).map(|_| AtomicU32::new(0)));
+        self.links0
+            .extend((0..self.m0).map(|_| AtomicU32::new(EMPTY)));
         if level > 0 {
             let start = u32::try_from(self.upper_links.len()).map_err(|_| HnswError::Full)?;
             self.upper_start.push(start);
-            let words = usize::from(level) * (self.m + 1);
+            let words = usize::from(level) * self.m;
             self.upper_links
-                .extend((0..words).map(|_| AtomicU32::new(0)));
+                .extend((0..words).map(|_| AtomicU32::new(EMPTY)));
         } else {
             self.upper_start.push(u32::MAX);
         }
@@ -387,25 +397,14 @@ impl Hnsw {
         })
     }
 
-    /// The links of `node` on `level` that are in use.
-    #[inline(always)]
-    fn neighbors(&self, node: u32, level: u8) -> &[AtomicU32] {
-        let list = self.list(node, level);
-        match list.split_first() {
-            Some((count, links)) => {
-                let count = (count.load(Relaxed) as usize).min(links.len());
-                &links[..count]
-            }
-            None => &[],
-        }
-    }
-
-    /// The count word and link words of `node` on `level`.
+    /// The link words of `node` on `level`: links, then [`EMPTY`] words if there are fewer.
+    /// Readers stop at the first [`EMPTY`] they load (a list may be rewritten while a parallel
+    /// insert reads it).
     #[inline(always)]
     fn list(&self, node: u32, level: u8) -> &[AtomicU32] {
         if level == 0 {
-            let start = node as usize * (self.m0 + 1);
-            self.links0.get(start..start + self.m0 + 1).unwrap_or(&[])
+            let start = node as usize * self.m0;
+            self.links0.get(start..start + self.m0).unwrap_or(&[])
         } else {
             let Some(&first) = self.upper_start.get(node as usize) else {
                 return &[];
@@ -413,10 +412,8 @@ impl Hnsw {
             if first == u32::MAX || level > self.levels.get(node as usize).copied().unwrap_or(0) {
                 return &[];
             }
-            let start = first as usize + (usize::from(level) - 1) * (self.m + 1);
-            self.upper_links
-                .get(start..start + self.m + 1)
-                .unwrap_or(&[])
+            let start = first as usize + (usize::from(level) - 1) * self.m;
+            self.upper_links.get(start..start + self.m).unwrap_or(&[])
         }
     }
 
@@ -425,8 +422,11 @@ impl Hnsw {
     fn greedy(&self, target: &Target<'_>, mut best: Neighbor, level: u8) -> Neighbor {
         loop {
             let mut moved = false;
-            for link in self.neighbors(best.node, level) {
+            for link in self.list(best.node, level) {
                 let n = link.load(Relaxed);
+                if n == EMPTY {
+                    break;
+                }
                 let s = self.similarity_to(target, n);
                 if s > best.similarity {
                     best = Neighbor {
@@ -473,8 +473,11 @@ impl Hnsw {
             if current.similarity < bound {
                 break;
             }
-            for link in self.neighbors(current.node, level) {
+            for link in self.list(current.node, level) {
                 let n = link.load(Relaxed);
+                if n == EMPTY {
+                    break;
+                }
                 if !visited.insert(n) {
                     continue;
                 }
@@ -539,14 +542,21 @@ impl Hnsw {
     /// Writes a link list (under the node's stripe lock).
     #[inline(always)]
     fn write_list(list: &[AtomicU32], links: &[Neighbor]) {
-        let Some((count, slots)) = list.split_first() else {
-            return;
-        };
-        let n = links.len().min(slots.len());
-        for (slot, link) in slots.iter().zip(&links[..n]) {
+        let n = links.len().min(list.len());
+        for (slot, link) in list.iter().zip(&links[..n]) {
             slot.store(link.node, Relaxed);
         }
-        count.store(n as u32, Relaxed);
+        for slot in &list[n..] {
+            slot.store(EMPTY, Relaxed);
+        }
+    }
+
+    /// How many links a list holds (under the node's stripe lock).
+    #[inline(always)]
+    fn used(list: &[AtomicU32]) -> usize {
+        list.iter()
+            .position(|slot| slot.load(Relaxed) == EMPTY)
+            .unwrap_or(list.len())
     }
 
     /// Connects `node` to the graph: finds its neighbours on each of its layers and links both
@@ -616,19 +626,15 @@ impl Hnsw {
     #[inline(always)]
     fn add_link(&self, neighbor: &Neighbor, node: u32, layer: u8, cap: usize) {
         let _lock = self.lock(neighbor.node);
-        let list = self.list(neighbor.node, layer);
-        let Some((count, slots)) = list.split_first() else {
-            return;
-        };
-        let n = (count.load(Relaxed) as usize).min(slots.len());
+        let slots = self.list(neighbor.node, layer);
+        let n = Self::used(slots);
         for s in &slots[..n] {
             if s.load(Relaxed) == node {
                 return;
             }
         }
-        if n < cap {
+        if n < cap.min(slots.len()) {
             slots[n].store(node, Relaxed);
-            count.store(n as u32 + 1, Relaxed);
             return;
         }
         let base = self.target_of_node(neighbor.node);
@@ -646,7 +652,7 @@ impl Hnsw {
         });
         pool.sort_unstable_by(|a, b| b.better(a));
         let kept = self.select(&pool, cap);
-        Self::write_list(list, &kept);
+        Self::write_list(slots, &kept);
     }
 
     /// The up to `ef` nodes most similar to `query` among those `pass` accepts, best first.

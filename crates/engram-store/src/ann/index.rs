@@ -25,6 +25,7 @@ use rusqlite::{Connection, OpenFlags, OptionalExtension, Row, params};
 
 use super::hnsw::{Hnsw, HnswParams};
 use super::members::{MemberFilter, Members, MemoryAttributes};
+use super::node_ids::NodeIds;
 use super::quant::{QuantQuery, RoundingBound};
 use crate::error::from_sqlite;
 use crate::rows::filter_sql;
@@ -81,16 +82,13 @@ struct IndexState {
     graph: Hnsw,
     members: Members,
     /// `embeddings.id` of each node, ascending (nodes are added in id order).
-    embedding_ids: Vec<i64>,
+    embedding_ids: NodeIds,
     params: HnswParams,
 }
 
 impl IndexState {
     fn node_of(&self, embedding_id: i64) -> Option<u32> {
-        self.embedding_ids
-            .binary_search(&embedding_id)
-            .ok()
-            .map(|n| n as u32)
+        self.embedding_ids.node_of(embedding_id)
     }
 }
 
@@ -233,7 +231,7 @@ impl ModelIndex {
         let mut state = IndexState {
             graph: Hnsw::new(0, params),
             members: Members::default(),
-            embedding_ids: Vec::new(),
+            embedding_ids: NodeIds::default(),
             params,
         };
         let (history, change, erasures, last_embedding) = {
@@ -255,7 +253,12 @@ impl ModelIndex {
                     |r| r.get(0),
                 )
                 .map_err(map)?;
-            state.graph.reserve(count.max(0) as usize);
+            // Exact sizes up front: grown by doubling, the tables would end up to twice as
+            // large as needed.
+            let count = count.max(0) as usize;
+            state.graph.reserve(count);
+            state.embedding_ids.reserve_exact(count);
+            state.members.reserve(count);
             let last_embedding = append_vectors(&tx, model, 0, &mut state, cancel, &errors)?;
             load_all_members(&tx, model, &mut state, &errors)?;
             (history, change, erasures, last_embedding)
@@ -266,6 +269,10 @@ impl ModelIndex {
             .graph
             .link_from(0, threads, cancel)
             .map_err(|e| StoreError::Backend(e.to_string()))?;
+        // The build's own memory: the linking threads' visited lists and the page cache the
+        // load filled (later reads through this connection are a few rows at a time).
+        state.graph.release_build_memory();
+        conn.execute_batch("PRAGMA shrink_memory;").map_err(map)?;
         Ok(Self {
             model: model.to_string(),
             state: RwLock::new(state),
@@ -293,7 +300,7 @@ impl ModelIndex {
             dimension: state.graph.dimension(),
             heap_bytes: state.graph.heap_bytes()
                 + state.members.heap_bytes()
-                + 8 * state.embedding_ids.capacity(),
+                + state.embedding_ids.heap_bytes(),
             load_time: self.load_time,
             link_time: self.link_time,
         }
@@ -453,7 +460,7 @@ impl ModelIndex {
                 member_filter.accepts(m)
                     && allowed
                         .as_ref()
-                        .is_none_or(|set| set.binary_search(&m.rowid).is_ok())
+                        .is_none_or(|set| set.binary_search(&state.members.rowid(m)).is_ok())
             })
         };
         let scope = exact_scope(
@@ -510,7 +517,7 @@ impl ModelIndex {
 /// `max` do (then the graph is searched). Stops counting as soon as the answer is known.
 fn exact_scope(
     members: &Members,
-    filter: MemberFilter,
+    filter: MemberFilter<'_>,
     allowed: Option<&[i64]>,
     accepts: &impl Fn(u32) -> bool,
     max: usize,
@@ -577,7 +584,7 @@ fn rescore(
         let exact = match scored_nodes.get(&member.node) {
             Some(known) => *known,
             None => {
-                let Some(&embedding_id) = state.embedding_ids.get(member.node as usize) else {
+                let Some(embedding_id) = state.embedding_ids.get(member.node) else {
                     continue;
                 };
                 let mut rows = fetch.query([embedding_id]).map_err(map)?;
@@ -597,7 +604,7 @@ fn rescore(
         if let Some((similarity, truncated)) = exact {
             top.offer(Scored {
                 similarity,
-                rowid: member.rowid,
+                rowid: state.members.rowid(member),
                 truncated,
             });
         }

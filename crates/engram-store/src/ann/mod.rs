@@ -16,6 +16,7 @@
 pub(crate) mod hnsw;
 pub(crate) mod index;
 pub(crate) mod members;
+pub(crate) mod node_ids;
 pub(crate) mod quant;
 pub(crate) mod visited;
 

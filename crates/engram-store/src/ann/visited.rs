@@ -59,6 +59,11 @@ impl VisitedPool {
         list
     }
 
+    /// Drops every idle list.
+    pub fn clear(&self) {
+        self.idle.lock().unwrap_or_else(|e| e.into_inner()).clear();
+    }
+
     /// Returns a list for reuse.
     pub fn give_back(&self, list: VisitedList) {
         let mut idle = self.idle.lock().unwrap_or_else(|e| e.into_inner());
