@@ -470,17 +470,15 @@ impl ModelIndex {
             &accepts,
             settings.exact_max_scope,
         );
+        let bound = RoundingBound::new(
+            &query_q,
+            state.graph.max_scale(),
+            state.graph.max_norm(),
+            state.graph.dimension(),
+        );
         let (candidates, path) = match scope {
             Some(slots) => {
-                let nodes: Vec<u32> = slots
-                    .iter()
-                    .map(|&slot| state.members.slot(slot).map_or(0, |m| m.node))
-                    .collect();
-                let mut similarities = Vec::new();
-                state
-                    .graph
-                    .similarities(&query_q, &nodes, &mut similarities);
-                let scored: Vec<(f32, u32)> = similarities.into_iter().zip(slots).collect();
+                let scored = score_exact_scope(&state, &query_q, &slots, limit, bound);
                 (scored, SearchPath::MemoryExact)
             }
             None => {
@@ -498,12 +496,6 @@ impl ModelIndex {
                 (scored, SearchPath::Approximate)
             }
         };
-        let bound = RoundingBound::new(
-            &query_q,
-            state.graph.max_scale(),
-            state.graph.max_norm(),
-            state.graph.dimension(),
-        );
         let ranked = rescore(conn, &state, candidates, query, limit, bound, &self.errors)?;
         drop(state);
         let hits = vectors::fetch_hits(conn, ranked, Some((&conditions, &filter_values)), &|e| {
@@ -548,6 +540,52 @@ fn exact_scope(
         }
     }
     Some(passing)
+}
+
+/// Scores every member slot of an exact scope over the int8 vectors and keeps only the
+/// candidates that may still be among the best `limit` once scored exactly. A candidate whose
+/// approximate score plus the rounding bound is below the `limit`-th best approximate score
+/// minus the bound has `limit` memories certainly ahead of it, whatever the exact scores are; so
+/// a scope of a million memories leaves a few hundred candidates, not a table of a million.
+fn score_exact_scope(
+    state: &IndexState,
+    query: &QuantQuery,
+    slots: &[u32],
+    limit: usize,
+    bound: RoundingBound,
+) -> Vec<(f32, u32)> {
+    const CHUNK: usize = 4096;
+    let margin = 2.0 * bound.0;
+    let mut kept: Vec<(f32, u32)> = Vec::new();
+    let mut threshold = f32::NEG_INFINITY;
+    let mut nodes = Vec::with_capacity(CHUNK.min(slots.len()));
+    let mut similarities = Vec::with_capacity(nodes.capacity());
+    let mut scratch: Vec<f32> = Vec::new();
+    for chunk in slots.chunks(CHUNK) {
+        nodes.clear();
+        nodes.extend(
+            chunk
+                .iter()
+                .map(|&slot| state.members.slot(slot).map_or(0, |m| m.node)),
+        );
+        similarities.clear();
+        state.graph.similarities(query, &nodes, &mut similarities);
+        kept.extend(
+            similarities
+                .iter()
+                .zip(chunk)
+                .filter(|(s, _)| **s + margin >= threshold)
+                .map(|(s, slot)| (*s, *slot)),
+        );
+        if kept.len() >= limit && limit > 0 {
+            scratch.clear();
+            scratch.extend(kept.iter().map(|c| c.0));
+            let (_, kth, _) = scratch.select_nth_unstable_by(limit - 1, |a, b| b.total_cmp(a));
+            threshold = threshold.max(*kth);
+            kept.retain(|c| c.0 + margin >= threshold);
+        }
+    }
+    kept
 }
 
 /// Orders candidates by their exact similarity: candidates are taken in order of approximate
@@ -788,6 +826,86 @@ fn reread_changed_memories(
 mod tests {
     use super::*;
     use proptest::prelude::*;
+
+    /// Random unit vectors in `dim` dimensions.
+    fn unit_vectors(n: usize, dim: usize, seed: u64) -> Vec<Vec<f32>> {
+        let mut state = seed;
+        let mut next = move || {
+            state = state.wrapping_add(0x9E37_79B9_7F4A_7C15);
+            let mut z = state;
+            z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+            z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+            ((z ^ (z >> 31)) >> 40) as f32 / (1u64 << 24) as f32 - 0.5
+        };
+        (0..n)
+            .map(|_| {
+                let v: Vec<f32> = (0..dim).map(|_| next()).collect();
+                let norm = v.iter().map(|x| x * x).sum::<f32>().sqrt();
+                v.iter().map(|x| x / norm).collect()
+            })
+            .collect()
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(8))]
+        /// The candidates kept from a scope spanning several chunks include the exact top
+        /// `limit`, and far fewer than the whole scope.
+        #[test]
+        fn exact_scope_scoring_keeps_every_true_top_candidate(
+            seed in 0u64..1000,
+            limit in 1usize..40,
+        ) {
+            let (n, dim) = (10_000, 24);
+            let data = unit_vectors(n, dim, seed);
+            let params = HnswParams { m: 8, ef_construction: 16, seed: 1 };
+            let mut state = IndexState {
+                graph: Hnsw::new(dim, params),
+                members: Members::default(),
+                embedding_ids: NodeIds::default(),
+                params,
+            };
+            state.members.set_node_count(n);
+            for (i, v) in data.iter().enumerate() {
+                state.graph.append(v).unwrap();
+                state.members.push_bulk(
+                    &MemoryAttributes {
+                        rowid: i as i64,
+                        user_id: "u".into(),
+                        agent_id: None,
+                        session_id: None,
+                        kind: Kind::Fact,
+                        importance: 3,
+                        created_at: 0,
+                        valid_to: None,
+                        expires_at: None,
+                    },
+                    i as u32,
+                );
+            }
+            state.members.finish_bulk();
+            let query = &unit_vectors(1, dim, seed + 7)[0];
+            let quantised = QuantQuery::new(query);
+            let bound = RoundingBound::new(
+                &quantised,
+                state.graph.max_scale(),
+                state.graph.max_norm(),
+                dim,
+            );
+            // Slot i holds node i here.
+            let slots: Vec<u32> = (0..n as u32).collect();
+            let kept = score_exact_scope(&state, &quantised, &slots, limit, bound);
+            let mut exact: Vec<(f32, u32)> = data
+                .iter()
+                .enumerate()
+                .map(|(i, v)| (v.iter().zip(query).map(|(a, b)| a * b).sum(), i as u32))
+                .collect();
+            exact.sort_by(|a, b| b.0.total_cmp(&a.0));
+            for (_, slot) in &exact[..limit] {
+                prop_assert!(kept.iter().any(|c| c.1 == *slot), "slot {slot} was dropped");
+            }
+            prop_assert!(kept.len() < n / 4, "{} of {n} kept", kept.len());
+        }
+    }
 
     proptest! {
         #[test]
