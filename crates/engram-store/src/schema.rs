@@ -223,9 +223,167 @@ pub const MIGRATIONS: &[&str] = &[
     r#"
     CREATE INDEX memories_user_kind_created ON memories (user_id, kind, created_at);
     "#,
+    // 9: one index over the content hash instead of two. It finds every memory of a hash (for
+    // the vectors) and keeps a text once per scope among current memories: the second key is
+    // 0 for a current memory and NULL for a closed one, and NULLs never collide in a unique
+    // index. Each stored memory adds one random key instead of two, which at a million
+    // memories was most of an import's writing (see BENCHMARKS.md, "Store").
+    r#"
+    CREATE UNIQUE INDEX memories_hash ON memories
+        (content_hash, (CASE WHEN valid_to IS NULL THEN 0 END));
+    DROP INDEX memories_current_hash;
+    DROP INDEX memories_content_hash;
+    "#,
+    // 10: a per-user count of updates and deletes of memories, kept by triggers so that it
+    // counts every change from every process; an in-process copy of a user's ranking facts
+    // (lexical_docs.rs) is used only while the count it was read at still stands. Inserts
+    // need no count: a row added later is not in the copy and is read from the table.
+    r#"
+    CREATE TABLE memory_generations (
+        user_id    TEXT    PRIMARY KEY,
+        generation INTEGER NOT NULL
+    );
+    CREATE TRIGGER memories_count_updates AFTER UPDATE ON memories BEGIN
+        INSERT INTO memory_generations (user_id, generation) VALUES (OLD.user_id, 1)
+            ON CONFLICT (user_id) DO UPDATE SET generation = generation + 1;
+    END;
+    CREATE TRIGGER memories_count_moves AFTER UPDATE OF user_id ON memories
+        WHEN NEW.user_id IS NOT OLD.user_id BEGIN
+        INSERT INTO memory_generations (user_id, generation) VALUES (NEW.user_id, 1)
+            ON CONFLICT (user_id) DO UPDATE SET generation = generation + 1;
+    END;
+    CREATE TRIGGER memories_count_deletes AFTER DELETE ON memories BEGIN
+        INSERT INTO memory_generations (user_id, generation) VALUES (OLD.user_id, 1)
+            ON CONFLICT (user_id) DO UPDATE SET generation = generation + 1;
+    END;
+    "#,
 ];
 
 /// The schema version this build writes.
 pub fn latest_version() -> u32 {
     MIGRATIONS.len() as u32
+}
+
+#[cfg(test)]
+mod tests {
+    use engram_core::{AddOutcome, Filter, MemoryId, MemoryStore, NewMemory, Scope, content_hash};
+    use rusqlite::{Connection, params};
+
+    use super::{APPLICATION_ID, MIGRATIONS};
+    use crate::SqliteStore;
+
+    /// Writes a database as engram left it at schema version 8: the same text in one scope
+    /// twice (once closed, once current) and a vector for that text.
+    fn version_8_database(path: &std::path::Path) -> (MemoryId, MemoryId) {
+        let conn = Connection::open(path).unwrap();
+        for sql in &MIGRATIONS[..8] {
+            conn.execute_batch(sql).unwrap();
+        }
+        conn.pragma_update(None, "user_version", 8).unwrap();
+        conn.pragma_update(None, "application_id", APPLICATION_ID)
+            .unwrap();
+        let hash = content_hash(&Scope::user("alice"), "likes green tea");
+        let (closed, current) = (MemoryId::new(), MemoryId::new());
+        for (id, valid_to) in [(closed, Some(2_000_000i64)), (current, None)] {
+            conn.execute(
+                "INSERT INTO memories (id, user_id, kind, text, importance, created_at, \
+                 updated_at, valid_from, valid_to, source, content_hash) \
+                 VALUES (?1, 'alice', 'fact', 'likes green tea', 3, 1000000, 1000000, \
+                 1000000, ?2, 'test', ?3)",
+                params![id.to_string(), valid_to, hash],
+            )
+            .unwrap();
+        }
+        conn.execute(
+            "INSERT INTO embedding_models (model, dimension, created_at) VALUES ('toy', 2, 0)",
+            [],
+        )
+        .unwrap();
+        let vector: Vec<u8> = [1.0f32, 0.0].iter().flat_map(|x| x.to_le_bytes()).collect();
+        conn.execute(
+            "INSERT INTO embeddings (model, content_hash, vector) VALUES ('toy', ?1, ?2)",
+            params![hash, vector],
+        )
+        .unwrap();
+        (closed, current)
+    }
+
+    fn index_names(path: &std::path::Path) -> Vec<String> {
+        let conn = Connection::open(path).unwrap();
+        let mut stmt = conn
+            .prepare(
+                "SELECT name FROM sqlite_master WHERE type = 'index' AND tbl_name = 'memories' \
+                 AND name NOT LIKE 'sqlite_%' ORDER BY name",
+            )
+            .unwrap();
+        stmt.query_map([], |r| r.get(0))
+            .unwrap()
+            .collect::<Result<_, _>>()
+            .unwrap()
+    }
+
+    #[test]
+    fn a_version_8_database_keeps_its_memories_vectors_and_rules_under_one_hash_index() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("engram.db");
+        let (closed, current) = version_8_database(&path);
+        assert!(index_names(&path).contains(&"memories_current_hash".to_string()));
+
+        let store = SqliteStore::open(&path).unwrap();
+        let names = index_names(&path);
+        assert!(names.contains(&"memories_hash".to_string()), "{names:?}");
+        assert!(!names.contains(&"memories_current_hash".to_string()));
+        assert!(!names.contains(&"memories_content_hash".to_string()));
+        assert_eq!(
+            store.stats().unwrap().schema_version,
+            super::latest_version()
+        );
+        assert!(store.get(closed).unwrap().valid_to.is_some());
+
+        // Still once per scope among current memories...
+        let again = NewMemory::new(Scope::user("alice"), "likes  green tea");
+        assert_eq!(
+            store.add(again.clone(), "test").unwrap(),
+            AddOutcome::Duplicate(current)
+        );
+        // ...and the vector stored for the text serves every memory with it.
+        assert_eq!(store.count_without_vectors("toy").unwrap(), 0);
+        let hits = store
+            .vector_search("toy", &Filter::user("alice"), &[1.0, 0.0], 10)
+            .unwrap();
+        assert_eq!(hits.len(), 1);
+        assert_eq!(hits[0].memory.id, current);
+
+        // Once closed, the text may come back, and the closed ones may repeat it.
+        store.invalidate(current, "test").unwrap();
+        let back = match store.add(again, "test").unwrap() {
+            AddOutcome::Added(memory) => memory.id,
+            other => panic!("expected a new memory, got {other:?}"),
+        };
+        assert_eq!(store.count_without_vectors("toy").unwrap(), 0);
+
+        // The vector goes with the last memory of its text, not before.
+        store.delete(back, "test").unwrap();
+        store.delete(closed, "test").unwrap();
+        assert_eq!(store.vector_models().unwrap()[0].vectors, 1);
+        store.delete(current, "test").unwrap();
+        assert_eq!(store.vector_models().unwrap()[0].vectors, 0);
+
+        // The lookups by hash use the new index.
+        let conn = Connection::open(&path).unwrap();
+        let plan: Vec<String> = conn
+            .prepare(
+                "EXPLAIN QUERY PLAN SELECT id FROM memories \
+                 WHERE content_hash = ?1 AND valid_to IS NULL",
+            )
+            .unwrap()
+            .query_map(["x"], |r| r.get(3))
+            .unwrap()
+            .collect::<Result<_, _>>()
+            .unwrap();
+        assert!(
+            plan.iter().any(|step| step.contains("memories_hash")),
+            "{plan:?}"
+        );
+    }
 }
