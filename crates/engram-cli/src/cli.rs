@@ -188,7 +188,11 @@ pub struct ImportArgs {
     /// The JSONL file, or `-` for standard input.
     pub file: PathBuf,
     /// Lines per transaction.
-    #[arg(long, default_value = "2000", value_parser = clap::value_parser!(u64).range(1..=100_000))]
+    #[arg(
+        long,
+        default_value_t = crate::commands::import_export::DEFAULT_BATCH_SIZE,
+        value_parser = clap::value_parser!(u64).range(1..=100_000)
+    )]
     pub batch_size: u64,
 }
 

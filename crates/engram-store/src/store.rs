@@ -126,6 +126,29 @@ impl SqliteStore {
         Ok(value)
     }
 
+    /// Runs `f` as [`Self::write`] does, with the writer's page cache at `cache_kib` for the
+    /// transaction and back to its usual size after it (which also frees the pages).
+    fn write_with_cache<T>(
+        &self,
+        cache_kib: i64,
+        f: impl FnOnce(&Transaction<'_>) -> Result<T, StoreError>,
+    ) -> Result<T, StoreError> {
+        let mut conn = lock(&self.writer);
+        set_cache_kib(&conn, cache_kib).map_err(|e| self.err(e))?;
+        let written = conn
+            .transaction_with_behavior(TransactionBehavior::Immediate)
+            .map_err(|e| self.err(e))
+            .and_then(|tx| {
+                let value = f(&tx)?;
+                tx.commit().map_err(|e| self.err(e))?;
+                Ok(value)
+            });
+        let restored = set_cache_kib(&conn, CACHE_KIB).map_err(|e| self.err(e));
+        let value = written?;
+        restored?;
+        Ok(value)
+    }
+
     /// Runs `f` on a pooled read connection.
     fn read<T>(
         &self,
@@ -404,9 +427,10 @@ fn open_connection(
         .map_err(map)?;
     conn.execute_batch(
         "PRAGMA synchronous = NORMAL; PRAGMA foreign_keys = ON; PRAGMA temp_store = MEMORY; \
-         PRAGMA cache_size = -32000; PRAGMA mmap_size = 268435456;",
+         PRAGMA mmap_size = 268435456;",
     )
     .map_err(map)?;
+    set_cache_kib(&conn, CACHE_KIB).map_err(map)?;
     if let Some(max) = options.max_database_bytes {
         let page_size: u64 = conn
             .pragma_query_value(None, "page_size", |r| r.get::<_, i64>(0))
@@ -416,6 +440,22 @@ fn open_connection(
             .map_err(map)?;
     }
     Ok(conn)
+}
+
+/// Page cache of every connection, in KiB.
+const CACHE_KIB: i64 = 32_000;
+
+/// Page cache of the writer while it stores a large batch, in KiB. A batch of 20,000 memories
+/// dirties tens of MB of pages of the content-hash index (its keys are random); when they do not
+/// fit, SQLite spills them to the log mid-transaction and writes many of them again later.
+const BULK_CACHE_KIB: i64 = 128_000;
+
+/// Batches at least this large get [`BULK_CACHE_KIB`] (an import, not an agent's few memories).
+const BULK_BATCH: usize = 5_000;
+
+fn set_cache_kib(conn: &Connection, kib: i64) -> rusqlite::Result<()> {
+    // A negative cache_size is a size in KiB rather than a page count.
+    conn.pragma_update(None, "cache_size", -kib)
 }
 
 /// What a database file says about itself.
@@ -754,7 +794,12 @@ impl MemoryStore for SqliteStore {
         actor: &str,
     ) -> Result<Vec<Result<AddOutcome, StoreError>>, StoreError> {
         let now = self.now();
-        self.write(|tx| {
+        let cache_kib = if memories.len() >= BULK_BATCH {
+            BULK_CACHE_KIB
+        } else {
+            CACHE_KIB
+        };
+        self.write_with_cache(cache_kib, |tx| {
             let mut outcomes = Vec::with_capacity(memories.len());
             let mut stats = UserStatsDelta::default();
             for memory in memories {

@@ -16,7 +16,7 @@ use serde::Serialize;
 
 use crate::cli::BenchStoreArgs;
 use crate::commands::Context;
-use crate::commands::import_export::import_reader;
+use crate::commands::import_export::{DEFAULT_BATCH_SIZE, import_reader};
 use crate::exit::Status;
 use crate::output;
 
@@ -327,7 +327,12 @@ pub fn run(ctx: &Context, args: BenchStoreArgs) -> Result<Status> {
         let store = SqliteStore::open(dir.join(DATABASE_FILE))?;
         let started = Instant::now();
         let cpu_before = process_cpu_seconds();
-        let summary = import_reader(&store, File::open(&data)?, 2000, &ProgressBar::hidden())?;
+        let summary = import_reader(
+            &store,
+            File::open(&data)?,
+            DEFAULT_BATCH_SIZE as usize,
+            &ProgressBar::hidden(),
+        )?;
         let import_seconds = started.elapsed().as_secs_f64();
         let import_cpu_seconds = process_cpu_seconds() - cpu_before;
         anyhow::ensure!(
