@@ -28,6 +28,34 @@ pub(crate) fn term_score(idf: f64, tf: f64, length: f64, average_length: f64) ->
     idf * tf * (K1 + 1.0) / (tf + K1 * norm)
 }
 
+/// Per-document counts from a stream of document ids in which each document's occurrences
+/// are consecutive (as an index lists them), sorted by document.
+pub(crate) fn count_runs<E>(
+    documents: impl IntoIterator<Item = Result<i64, E>>,
+) -> Result<Vec<(i64, u32)>, E> {
+    let mut counts: Vec<(i64, u32)> = Vec::new();
+    for doc in documents {
+        let doc = doc?;
+        match counts.last_mut() {
+            Some((last, n)) if *last == doc => *n += 1,
+            _ => counts.push((doc, 1)),
+        }
+    }
+    // An index lists documents in order; sorting (and merging repeats) keeps the result right
+    // even if one ever did not.
+    if !counts.is_sorted_by(|a, b| a.0 < b.0) {
+        counts.sort_unstable_by_key(|&(doc, _)| doc);
+        counts.dedup_by(|later, earlier| {
+            let same = later.0 == earlier.0;
+            if same {
+                earlier.1 += later.1;
+            }
+            same
+        });
+    }
+    Ok(counts)
+}
+
 /// Positions of each term in each document: term -> document -> sorted offsets.
 pub(crate) type Postings = HashMap<String, HashMap<i64, Vec<u32>>>;
 
@@ -104,6 +132,25 @@ mod tests {
             let s = term_score(idf(n, df), tf, len, avg);
             prop_assert!(s > 0.0);
             prop_assert!(s <= idf(n, df) * (K1 + 1.0) + 1e-9);
+        }
+
+        #[test]
+        fn counted_runs_are_the_occurrences_per_document(
+            mut docs in proptest::collection::vec(0i64..20, 0..60),
+            sorted in any::<bool>(),
+        ) {
+            if sorted {
+                docs.sort_unstable();
+            }
+            let counts = count_runs(docs.iter().map(|&d| Ok::<_, ()>(d))).unwrap();
+            let mut expected: Vec<(i64, u32)> = Vec::new();
+            for doc in 0..20 {
+                let n = docs.iter().filter(|&&d| d == doc).count() as u32;
+                if n > 0 {
+                    expected.push((doc, n));
+                }
+            }
+            prop_assert_eq!(counts, expected);
         }
     }
 }

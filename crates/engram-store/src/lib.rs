@@ -11,6 +11,7 @@ pub mod fts;
 pub mod graph;
 pub mod jobs;
 mod lexical;
+mod lexical_docs;
 mod rows;
 pub mod schema;
 mod store;

@@ -1,6 +1,6 @@
 //! [`SqliteStore`]: the [`MemoryStore`] on one SQLite file.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
@@ -21,6 +21,7 @@ use crate::ann::{VectorIndexOptions, VectorIndexStats, VectorIndexes, VectorSear
 use crate::error::from_sqlite;
 use crate::fts;
 use crate::lexical;
+use crate::lexical_docs::{FactFilter, LexicalDocCache};
 use crate::rows::{MEMORY_COLUMN_COUNT, MEMORY_COLUMNS, filter_sql, memory_from_row, micros};
 use crate::schema::{APPLICATION_ID, MIGRATIONS, latest_version};
 use crate::vectors;
@@ -62,6 +63,8 @@ pub struct SqliteStore {
     readers: Mutex<Vec<Connection>>,
     /// In-process approximate vector indexes, one per model, loaded on demand (see `ann`).
     vector_indexes: VectorIndexes,
+    /// Per-user facts that BM25 ranking scores and filters by (see `lexical_docs`).
+    lexical_docs: LexicalDocCache,
 }
 
 /// Upper bound on idle read connections kept for reuse.
@@ -91,6 +94,7 @@ impl SqliteStore {
             writer: Mutex::new(writer),
             readers: Mutex::new(Vec::new()),
             vector_indexes,
+            lexical_docs: LexicalDocCache::default(),
         })
     }
 
@@ -270,30 +274,41 @@ impl SqliteStore {
         conn: &Connection,
         filter: &Filter,
         alternatives: &[Vec<String>],
-        conditions: &str,
-        filter_values: Vec<Value>,
+        (conditions, filter_values, now): (&str, Vec<Value>, Timestamp),
         limit: usize,
     ) -> rusqlite::Result<Vec<(i64, f64)>> {
-        let (documents, total_terms): (f64, f64) = conn
-            .prepare_cached("SELECT docs, terms FROM fts_user_stats WHERE user_id = ?1")?
+        let (documents, total_terms, generation): (f64, f64, i64) = conn
+            .prepare_cached(
+                "SELECT docs, terms, \
+                 (SELECT generation FROM memory_generations WHERE user_id = ?1) \
+                 FROM fts_user_stats WHERE user_id = ?1",
+            )?
             .query_row([&filter.user_id], |r| {
-                Ok((r.get::<_, i64>(0)? as f64, r.get::<_, i64>(1)? as f64))
+                Ok((
+                    r.get::<_, i64>(0)? as f64,
+                    r.get::<_, i64>(1)? as f64,
+                    r.get::<_, Option<i64>>(2)?.unwrap_or(0),
+                ))
             })
             .optional()?
-            .unwrap_or((0.0, 0.0));
+            .unwrap_or((0.0, 0.0, 0));
         if documents <= 0.0 {
             return Ok(Vec::new());
         }
         let average_length = total_terms / documents;
 
-        // Positions of every query term; terms are per user, so these are the user's only.
+        // Each alternative's documents with their term frequency, sorted by document. A single
+        // word needs only its per-document counts; positions are read only for the terms of a
+        // phrase (a run of unspaced-script characters).
+        let phrase_terms: HashSet<&String> = alternatives
+            .iter()
+            .filter(|terms| terms.len() > 1)
+            .flatten()
+            .collect();
         let mut postings = lexical::Postings::new();
         let mut instances = conn
             .prepare_cached("SELECT doc, \"offset\" FROM memories_fts_instance WHERE term = ?1")?;
-        for term in alternatives.iter().flatten() {
-            if postings.contains_key(term) {
-                continue;
-            }
+        for term in phrase_terms {
             let mut docs: HashMap<i64, Vec<u32>> = HashMap::new();
             let mut rows = instances.query([term])?;
             while let Some(row) = rows.next()? {
@@ -305,54 +320,109 @@ impl SqliteStore {
             docs.values_mut().for_each(|o| o.sort_unstable());
             postings.insert(term.clone(), docs);
         }
-
-        // Term frequency per alternative and document, and each alternative's weight.
-        let mut weighted: Vec<(f64, HashMap<i64, u32>)> = Vec::with_capacity(alternatives.len());
+        let mut occurrences =
+            conn.prepare_cached("SELECT doc FROM memories_fts_instance WHERE term = ?1")?;
+        let mut weighted: Vec<(f64, Vec<(i64, u32)>)> = Vec::with_capacity(alternatives.len());
         for terms in alternatives {
-            let frequencies: HashMap<i64, u32> = match terms.as_slice() {
-                [single] => postings
-                    .get(single)
-                    .map(|docs| docs.iter().map(|(&d, o)| (d, o.len() as u32)).collect())
-                    .unwrap_or_default(),
-                phrase => lexical::phrase_frequencies(&postings, phrase),
+            let frequencies = match terms.as_slice() {
+                [single] => {
+                    lexical::count_runs(occurrences.query_map([single], |row| row.get(0))?)?
+                }
+                phrase => {
+                    let mut counts: Vec<(i64, u32)> =
+                        lexical::phrase_frequencies(&postings, phrase)
+                            .into_iter()
+                            .collect();
+                    counts.sort_unstable();
+                    counts
+                }
             };
             let idf = lexical::idf(documents, frequencies.len() as f64);
             weighted.push((idf, frequencies));
         }
         let mut candidates: Vec<i64> = weighted
             .iter()
-            .flat_map(|(_, f)| f.keys().copied())
+            .flat_map(|(_, f)| f.iter().map(|&(doc, _)| doc))
             .collect();
         candidates.sort_unstable();
         candidates.dedup();
         if candidates.is_empty() {
             return Ok(Vec::new());
         }
+        // Term frequencies as a table: one row per candidate, one column per alternative.
+        let columns = weighted.len();
+        let mut frequency_table = vec![0u32; candidates.len() * columns];
+        for (column, (_, frequencies)) in weighted.iter().enumerate() {
+            for &(doc, tf) in frequencies {
+                if let Ok(at) = candidates.binary_search(&doc) {
+                    frequency_table[at * columns + column] = tf;
+                }
+            }
+        }
 
-        // Which candidates pass the filter, with their lengths and ages.
-        let sql = format!(
-            "SELECT m.rowid, m.body_terms, m.created_at FROM memories m \
-             WHERE m.rowid IN (SELECT value FROM json_each(?)) AND {conditions}"
-        );
-        let ids = serde_json::to_string(&candidates).unwrap_or_else(|_| "[]".to_string());
-        let mut values = Vec::with_capacity(filter_values.len() + 1);
-        values.push(Value::Text(ids));
-        values.extend(filter_values);
-        let mut scored: Vec<(f64, i64, i64)> = Vec::new();
-        let mut stmt = conn.prepare_cached(&sql)?;
-        let mut rows = stmt.query(rusqlite::params_from_iter(values))?;
-        while let Some(row) = rows.next()? {
-            let rowid: i64 = row.get(0)?;
-            let length = row.get::<_, i64>(1)? as f64;
-            let created_at: i64 = row.get(2)?;
-            let score: f64 = weighted
+        let score = |at: usize, length: f64| -> f64 {
+            weighted
                 .iter()
-                .filter_map(|(idf, f)| {
-                    f.get(&rowid)
-                        .map(|&tf| lexical::term_score(*idf, f64::from(tf), length, average_length))
+                .zip(&frequency_table[at * columns..(at + 1) * columns])
+                .filter(|(_, tf)| **tf > 0)
+                .map(|((idf, _), &tf)| {
+                    lexical::term_score(*idf, f64::from(tf), length, average_length)
                 })
-                .sum();
-            scored.push((score, created_at, rowid));
+                .sum()
+        };
+        let mut scored: Vec<(f64, i64, i64)> = Vec::new();
+
+        // Which candidates pass the filter, with their lengths and ages: from the user's facts
+        // held in memory when the filter is one they decide and they are (worth) loaded...
+        let mut unknown: Vec<i64> = Vec::new();
+        let facts = match FactFilter::new(filter, micros(now)) {
+            Some(fact_filter) => self
+                .lexical_docs
+                .facts(
+                    conn,
+                    &filter.user_id,
+                    generation,
+                    documents as usize,
+                    candidates.len(),
+                )?
+                .map(|docs| (fact_filter, docs)),
+            None => None,
+        };
+        match &facts {
+            Some((fact_filter, docs)) => {
+                for (at, &rowid) in candidates.iter().enumerate() {
+                    match docs.get(rowid) {
+                        Some(doc) if fact_filter.admits(doc) => {
+                            scored.push((score(at, f64::from(doc.length)), doc.created_at, rowid));
+                        }
+                        Some(_) => {}
+                        None => unknown.push(rowid),
+                    }
+                }
+            }
+            None => unknown.clone_from(&candidates),
+        }
+        // ... and from the table for the rest (and for rows added since the facts were read).
+        if !unknown.is_empty() {
+            let sql = format!(
+                "SELECT m.rowid, m.body_terms, m.created_at FROM memories m \
+                 WHERE m.rowid IN (SELECT value FROM json_each(?)) AND {conditions}"
+            );
+            let ids = serde_json::to_string(&unknown).unwrap_or_else(|_| "[]".to_string());
+            let mut values = Vec::with_capacity(filter_values.len() + 1);
+            values.push(Value::Text(ids));
+            values.extend(filter_values);
+            let mut stmt = conn.prepare_cached(&sql)?;
+            let mut rows = stmt.query(rusqlite::params_from_iter(values))?;
+            while let Some(row) = rows.next()? {
+                let rowid: i64 = row.get(0)?;
+                let length = row.get::<_, i64>(1)? as f64;
+                let created_at: i64 = row.get(2)?;
+                let Ok(at) = candidates.binary_search(&rowid) else {
+                    continue;
+                };
+                scored.push((score(at, length), created_at, rowid));
+            }
         }
         // Best first; ties go to the newest.
         scored.sort_by(|a, b| b.0.total_cmp(&a.0).then(b.1.cmp(&a.1)).then(b.2.cmp(&a.2)));
@@ -1039,7 +1109,8 @@ impl MemoryStore for SqliteStore {
                 "the search query is empty".to_string(),
             ));
         }
-        let (conditions, filter_values) = filter_sql(filter, self.now())?;
+        let now = self.now();
+        let (conditions, filter_values) = filter_sql(filter, now)?;
         let alternatives = fts::query_terms(&filter.user_id, query);
         if alternatives.is_empty() {
             return Err(StoreError::BadQuery(format!(
@@ -1047,13 +1118,15 @@ impl MemoryStore for SqliteStore {
             )));
         }
         self.read(|conn| {
+            // One snapshot for the statistics, the postings, the facts and the hits.
+            let snapshot = conn.unchecked_transaction().map_err(|e| self.err(e))?;
+            let conn: &Connection = &snapshot;
             let ranked = self
                 .rank_lexical(
                     conn,
                     filter,
                     &alternatives,
-                    &conditions,
-                    filter_values,
+                    (&conditions, filter_values, now),
                     limit,
                 )
                 .map_err(|e| self.err(e))?;

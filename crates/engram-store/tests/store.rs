@@ -5,8 +5,8 @@ use std::sync::Arc;
 
 use engram_core::store::MemoryPatch;
 use engram_core::{
-    AddOutcome, FixedClock, HistoryKind, Importance, Kind, MemoryId, MemoryStore, NewMemory, Scope,
-    StoreError,
+    AddOutcome, Clock, FixedClock, HistoryKind, Importance, Kind, MemoryId, MemoryStore, NewMemory,
+    Scope, StoreError,
 };
 use engram_core::{Filter, MetaCondition};
 use engram_store::{SqliteStore, StoreOptions};
@@ -486,6 +486,162 @@ fn a_short_top_list_is_exactly_the_head_of_the_full_ranking() {
             assert_eq!(top, full, "{query}");
         }
     }
+}
+
+/// Memories and their BM25 scores, best first.
+type Ranking = Vec<(MemoryId, f64)>;
+
+/// Searches `filter` and the same filter plus a metadata condition every memory meets: the
+/// second can only be decided in SQL, so the two compare ranking from the facts a store holds
+/// in memory with ranking from the table.
+fn held_and_table_rankings(
+    store: &SqliteStore,
+    filter: &Filter,
+    query: &str,
+) -> (Ranking, Ranking) {
+    let mut in_sql = filter.clone();
+    in_sql.metadata.push(MetaCondition {
+        key: "all".into(),
+        value: "yes".into(),
+    });
+    let ranked = |f: &Filter| -> Ranking {
+        store
+            .search_lexical(f, query, 20)
+            .unwrap()
+            .into_iter()
+            .map(|h| (h.memory.id, h.bm25))
+            .collect()
+    };
+    (ranked(filter), ranked(&in_sql))
+}
+
+#[test]
+fn ranking_from_held_facts_matches_the_table_and_follows_every_change() {
+    let f = fixture();
+    let now = f.clock.now();
+    let words = ["river", "stone", "bridge", "lantern"];
+    let mut batch = Vec::new();
+    for i in 0..400i64 {
+        let mut text = format!("entry {i} by the river");
+        for (j, word) in words.iter().enumerate() {
+            if i % (j as i64 + 2) == 0 {
+                text.push(' ');
+                text.push_str(word);
+            }
+        }
+        let mut memory = NewMemory::new(Scope::user("u"), text)
+            .with_kind(Kind::ALL[(i % 5) as usize])
+            .with_importance(Importance::new(i % 5 + 1).unwrap())
+            .with_meta("all", json!("yes"));
+        memory.created_at = Some(now - SignedDuration::from_hours(i));
+        if i % 11 == 0 {
+            // Some already expired, some expiring later.
+            memory.expires_at = Some(now + SignedDuration::from_hours(i % 3 - 1));
+        }
+        batch.push(memory);
+    }
+    // Another user's memories share the words but never the results.
+    batch.push(
+        NewMemory::new(Scope::user("v"), "river stone bridge").with_meta("all", json!("yes")),
+    );
+    f.store.add_many(batch, "test").unwrap();
+    let listed = f.store.list(&Filter::user("u"), 1000, 0).unwrap();
+    for memory in listed.iter().filter(|m| m.text.contains("entry 3")) {
+        f.store.invalidate(memory.id, "test").unwrap();
+    }
+
+    let filters = [
+        Filter::user("u"),
+        Filter {
+            kinds: vec![Kind::Episode, Kind::Fact],
+            min_importance: Some(Importance::new(2).unwrap()),
+            ..Filter::user("u")
+        },
+        Filter {
+            since: Some(now - SignedDuration::from_hours(200)),
+            until: Some(now - SignedDuration::from_hours(20)),
+            ..Filter::user("u")
+        },
+        Filter {
+            include_closed: true,
+            ..Filter::user("u")
+        },
+    ];
+    let queries = ["river lantern", "bridge stone", "entry river", "lantern"];
+    let check = |store: &SqliteStore| {
+        let mut compared = 0;
+        for filter in &filters {
+            for query in queries {
+                // Asked a few times, so that the store decides to hold the user's facts.
+                for _ in 0..4 {
+                    let (held, table) = held_and_table_rankings(store, filter, query);
+                    assert_eq!(held, table, "{query} {filter:?}");
+                    compared += table.len();
+                }
+            }
+        }
+        assert!(compared > 500, "only {compared} hits compared");
+    };
+    check(&f.store);
+
+    // Changes from another handle on the same file (as another process would make them).
+    let other = SqliteStore::open_with(
+        f.store.path(),
+        StoreOptions {
+            clock: f.clock.clone(),
+            ..StoreOptions::default()
+        },
+    )
+    .unwrap();
+    let top = f
+        .store
+        .search_lexical(&Filter::user("u"), "lantern", 5)
+        .unwrap();
+    other.invalidate(top[0].memory.id, "test").unwrap();
+    other.delete(top[1].memory.id, "test").unwrap();
+    other
+        .update(
+            top[2].memory.id,
+            MemoryPatch {
+                text: Some("lantern".into()),
+                ..MemoryPatch::default()
+            },
+            "test",
+        )
+        .unwrap();
+    other
+        .update(
+            top[3].memory.id,
+            MemoryPatch {
+                importance: Some(Importance::new(1).unwrap()),
+                expires_at: Some(Some(now - SignedDuration::from_hours(1))),
+                ..MemoryPatch::default()
+            },
+            "test",
+        )
+        .unwrap();
+    let added = match other
+        .add(
+            NewMemory::new(Scope::user("u"), "lantern lantern").with_meta("all", json!("yes")),
+            "test",
+        )
+        .unwrap()
+    {
+        AddOutcome::Added(m) => m.id,
+        other => panic!("{other:?}"),
+    };
+    let after: Vec<MemoryId> = f
+        .store
+        .search_lexical(&Filter::user("u"), "lantern", 5)
+        .unwrap()
+        .iter()
+        .map(|h| h.memory.id)
+        .collect();
+    assert!(after.contains(&added) && after.contains(&top[2].memory.id));
+    for (which, gone) in [(0, &top[0]), (1, &top[1]), (3, &top[3])] {
+        assert!(!after.contains(&gone.memory.id), "hit {which} is still found");
+    }
+    check(&f.store);
 }
 
 #[test]
