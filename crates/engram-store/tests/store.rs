@@ -639,7 +639,10 @@ fn ranking_from_held_facts_matches_the_table_and_follows_every_change() {
         .collect();
     assert!(after.contains(&added) && after.contains(&top[2].memory.id));
     for (which, gone) in [(0, &top[0]), (1, &top[1]), (3, &top[3])] {
-        assert!(!after.contains(&gone.memory.id), "hit {which} is still found");
+        assert!(
+            !after.contains(&gone.memory.id),
+            "hit {which} is still found"
+        );
     }
     check(&f.store);
 }
