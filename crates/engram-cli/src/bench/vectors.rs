@@ -118,12 +118,24 @@ fn random_unit(rng: &mut Rng, dimension: usize) -> Vec<f32> {
     v
 }
 
+/// `count` random unit vectors of `dimension`, one after another.
+fn unit_table(rng: &mut Rng, count: usize, dimension: usize) -> Vec<f32> {
+    let mut table = Vec::with_capacity(count * dimension);
+    for _ in 0..count {
+        table.extend(random_unit(rng, dimension));
+    }
+    table
+}
+
 /// Synthetic embedding-like vectors (see the module documentation).
 struct Synthetic {
     dimension: usize,
     common: Vec<f32>,
-    topics: Vec<Vec<f32>>,
-    subtopics: Vec<Vec<f32>>,
+    /// The topic directions one after another, then the subtopics': one allocation each, so
+    /// that dropping them gives the memory back to the system (thousands of small vectors
+    /// would stay in the allocator's heap and count in the resident memory measured later).
+    topics: Vec<f32>,
+    subtopics: Vec<f32>,
     noise_basis: Vec<Vec<f32>>,
 }
 
@@ -137,12 +149,8 @@ impl Synthetic {
         Self {
             dimension,
             common: random_unit(&mut rng, dimension),
-            topics: (0..TOPICS)
-                .map(|_| random_unit(&mut rng, dimension))
-                .collect(),
-            subtopics: (0..TOPICS * SUBTOPICS)
-                .map(|_| random_unit(&mut rng, dimension))
-                .collect(),
+            topics: unit_table(&mut rng, TOPICS, dimension),
+            subtopics: unit_table(&mut rng, TOPICS * SUBTOPICS, dimension),
             noise_basis: (0..NOISE_RANK)
                 .map(|_| random_unit(&mut rng, dimension))
                 .collect(),
@@ -156,8 +164,18 @@ impl Synthetic {
         let mut v: Vec<f32> = self.common.iter().map(|x| 0.3 * x).collect();
         for ((x, t), s) in v
             .iter_mut()
-            .zip(&self.topics[topic])
-            .zip(&self.subtopics[sub])
+            .zip(
+                self.topics
+                    .chunks_exact(self.dimension)
+                    .nth(topic)
+                    .unwrap_or(&[]),
+            )
+            .zip(
+                self.subtopics
+                    .chunks_exact(self.dimension)
+                    .nth(sub)
+                    .unwrap_or(&[]),
+            )
         {
             *x += 0.55 * t + 0.45 * s;
         }
