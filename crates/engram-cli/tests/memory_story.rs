@@ -3,7 +3,8 @@
 //! what the user said in one session is in the memory block of the next; a changed preference
 //! leaves one current fact and the old one in history; a long session with tool calls is
 //! summarised without orphaning a tool result; unusable extraction output is kept and nothing
-//! crashes; a killed process leaves its session readable; an edited MEMORY.md is seen at once.
+//! crashes; a killed process leaves its session readable; an edited MEMORY.md is seen at once;
+//! every N turns the session is extracted in the background while the chat goes on.
 
 use std::io::{BufRead, BufReader, Write};
 use std::path::{Path, PathBuf};
@@ -24,14 +25,19 @@ struct Home {
 impl Home {
     /// A home whose extraction is deterministic: no model merge, no extraction mid-session.
     fn new(memory: &str) -> Self {
+        Self::with_memory_section(&format!(
+            "model_merge = false\nextract_every_turns = 0\n{memory}"
+        ))
+    }
+
+    /// A home whose config's `[memory]` section is `section`.
+    fn with_memory_section(section: &str) -> Self {
         let home = Self {
             dir: TempDir::new().unwrap(),
         };
         std::fs::write(
             home.path().join("config.toml"),
-            format!(
-                "[llm]\nretry_base_delay_ms = 10\nmax_attempts = 1\n\n[memory]\nmodel_merge = false\nextract_every_turns = 0\n{memory}"
-            ),
+            format!("[llm]\nretry_base_delay_ms = 10\nmax_attempts = 1\n\n[memory]\n{section}"),
         )
         .unwrap();
         std::fs::create_dir(home.workspace()).unwrap();
@@ -263,6 +269,88 @@ fn what_the_user_said_in_one_session_is_in_the_memory_block_of_the_next() {
     assert_eq!(
         records.iter().filter(|r| r["_type"] == "message").count(),
         4
+    );
+}
+
+#[test]
+fn every_n_turns_the_session_is_extracted_in_the_background_while_it_goes_on() {
+    let home = Home::with_memory_section("model_merge = false\nextract_every_turns = 2\n");
+    let server = ScriptedServer::spawn(vec![
+        Turn::text("Hello!"),
+        Turn::text("Rust it is."),
+        episodes(&[("The user chose Rust for the new CLI", "discovery", 4)]),
+        profile(&[("cli language", "Rust")], &[]),
+        Turn::text("Clap is a good choice."),
+    ])
+    .unwrap();
+    let mut child = home
+        .engram_with(&server)
+        .args(["chat", "--session", "cli:every", "--workspace"])
+        .arg(home.workspace())
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut stdin = child.stdin.take().unwrap();
+    stdin
+        .write_all(b"Hi there.\nI will write the new CLI in Rust.\n")
+        .unwrap();
+    stdin.flush().unwrap();
+
+    // After the second turn, with the chat still open and waiting for its next line, the
+    // extraction calls arrive and the memories are stored.
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while server.requests().len() < 4 {
+        assert!(
+            Instant::now() < deadline,
+            "no extraction after two turns: {} requests",
+            server.requests().len()
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let transcript: String = server.requests()[2]
+        .messages()
+        .iter()
+        .filter_map(|m| m["content"].as_str())
+        .collect();
+    assert!(transcript.contains("new CLI in Rust"), "{transcript}");
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let facts = home.memories(&["--kind", "fact"]);
+        if facts.iter().any(|m| m.text.contains("Rust")) {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the fact was not stored mid-session"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    assert!(
+        child.try_wait().unwrap().is_none(),
+        "the chat is still running"
+    );
+
+    // The third turn goes on; at the end, the one new exchange alone is too little to extract
+    // again, and what was extracted is not extracted twice.
+    stdin.write_all(b"Which argument parser?\n/exit\n").unwrap();
+    drop(stdin);
+    let out = child.wait_with_output().unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(stdout.contains("Clap is a good choice."), "{stdout}");
+    assert_eq!(server.requests().len(), 5, "three turns and one extraction");
+    assert_eq!(
+        home.memories(&["--kind", "episode"])
+            .iter()
+            .filter(|m| m.text.contains("chose Rust"))
+            .count(),
+        1
     );
 }
 
