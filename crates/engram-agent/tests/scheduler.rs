@@ -8,7 +8,7 @@ use std::time::Duration;
 use async_trait::async_trait;
 use engram_agent::scheduler::*;
 use engram_core::{Clock, FixedClock};
-use engram_store::jobs::{JobStore, MissedPolicy, RunStatus, RunTrigger};
+use engram_store_sqlite::jobs::{JobStore, MissedPolicy, RunStatus, RunTrigger};
 use jiff::tz::TimeZone;
 use jiff::{SignedDuration, Timestamp};
 use tempfile::TempDir;

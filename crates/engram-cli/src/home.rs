@@ -3,7 +3,7 @@
 use std::path::PathBuf;
 
 use anyhow::{Context, Result, anyhow};
-use engram_store::{DATABASE_FILE, SqliteStore};
+use engram_store_sqlite::{DATABASE_FILE, SqliteStore};
 
 /// The resolved home directory.
 #[derive(Debug, Clone)]

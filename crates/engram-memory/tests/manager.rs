@@ -13,7 +13,7 @@ use engram_llm::Provider;
 use engram_llm::scripted::{ScriptedServer, Turn};
 use engram_memory::context::Section;
 use engram_memory::{ManagerConfig, MemoryManager, Searcher};
-use engram_store::{SqliteStore, StoreOptions};
+use engram_store_sqlite::{SqliteStore, StoreOptions};
 use jiff::tz::TimeZone;
 use jiff::{SignedDuration, Timestamp};
 use serde_json::json;

@@ -10,7 +10,7 @@ use engram_core::{
 use engram_embed::LocalEmbedder;
 use engram_memory::indexing::{add_with_vector, embed_pending};
 use engram_memory::{RankingProfile, SearchRequest, Searcher};
-use engram_store::{SqliteStore, StoreOptions};
+use engram_store_sqlite::{SqliteStore, StoreOptions};
 use jiff::Timestamp;
 use jiff::tz::TimeZone;
 use tempfile::TempDir;

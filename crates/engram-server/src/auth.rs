@@ -14,7 +14,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use axum::http::{HeaderMap, header};
-use engram_store::tokens::{TokenStore, hash_token, hashes_match};
+use engram_store_sqlite::tokens::{TokenStore, hash_token, hashes_match};
 use jiff::Timestamp;
 
 use crate::config::ConfigToken;

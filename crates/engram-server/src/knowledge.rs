@@ -16,7 +16,7 @@ use std::sync::Arc;
 
 use engram_core::{AddOutcome, Filter, Kind, MemoryId, MemoryStore, NewMemory, Scope, StoreError};
 use engram_memory::{SearchRequest, Searcher};
-use engram_store::graph::{
+use engram_store_sqlite::graph::{
     Entity, GraphError, GraphLink, GraphStore, IndexTarget, KnowledgeGraph, ObservationDeletion,
     ObservationInput, ObservationsAdded, PendingIndex, Relation,
 };
@@ -324,7 +324,7 @@ fn memory_for(user: &str, row: &PendingIndex) -> NewMemory {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use engram_store::SqliteStore;
+    use engram_store_sqlite::SqliteStore;
     use tempfile::TempDir;
 
     fn base() -> (TempDir, KnowledgeBase, Arc<SqliteStore>) {

@@ -9,9 +9,9 @@ use std::time::Duration;
 use axum::Router;
 use engram_core::MemoryStore;
 use engram_memory::Searcher;
-use engram_store::graph::GraphStore;
-use engram_store::tokens::TokenStore;
-use engram_store::{SqliteStore, StoreOptions};
+use engram_store_sqlite::graph::GraphStore;
+use engram_store_sqlite::tokens::TokenStore;
+use engram_store_sqlite::{SqliteStore, StoreOptions};
 use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
 

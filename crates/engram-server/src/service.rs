@@ -16,7 +16,7 @@ use engram_core::{
 };
 use engram_memory::manager::{ExtractionReport, ManagerConfig, MemoryError, MemoryManager};
 use engram_memory::{SearchRequest, SearchResults, Searcher};
-use engram_store::tokens::TokenStore;
+use engram_store_sqlite::tokens::TokenStore;
 use jiff::Timestamp;
 use serde::Serialize;
 use tokio::sync::{Semaphore, mpsc};

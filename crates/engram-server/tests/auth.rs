@@ -8,7 +8,7 @@ mod common;
 use common::{TestServer, client, code, json_of};
 use engram_server::config::{ConfigToken, ServerSettings};
 use engram_server::{ServeError, ServeOptions, Server, Stores};
-use engram_store::tokens::{TokenStore, hash_token};
+use engram_store_sqlite::tokens::{TokenStore, hash_token};
 use jiff::Timestamp;
 use serde_json::{Value, json};
 

@@ -16,7 +16,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
-use engram_store::jobs::JobRun;
+use engram_store_sqlite::jobs::JobRun;
 use jiff::{SignedDuration, Timestamp};
 use tokio::sync::watch;
 use tokio::task::JoinSet;

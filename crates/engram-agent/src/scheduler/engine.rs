@@ -7,7 +7,7 @@
 use std::sync::Arc;
 
 use engram_core::Clock;
-use engram_store::jobs::{
+use engram_store_sqlite::jobs::{
     AfterRun, Job, JobError, JobRun, JobStore, MissedPolicy, RunEnd, RunStatus, RunTrigger,
 };
 use jiff::{SignedDuration, Timestamp};

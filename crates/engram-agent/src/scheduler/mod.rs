@@ -5,7 +5,7 @@
 //! - [`schedule`]: `at` / `every` / `cron` schedules, time zones, and [`JobRequest`], the one
 //!   way a job is described by the command line and by the agent's tool.
 //! - [`engine`]: [`Scheduler`], over the SQLite job store
-//!   ([`engram_store::jobs::JobStore`]) with an injected clock.
+//!   ([`engram_store_sqlite::jobs::JobStore`]) with an injected clock.
 //! - [`daemon`]: [`Gateway`], the long-running loop.
 //! - [`heartbeat`]: when HEARTBEAT.md has tasks.
 //! - [`runner`]: [`TurnRunner`], how a turn is run without knowing the agent.
@@ -16,7 +16,7 @@
 //! # use std::sync::Arc;
 //! # use engram_agent::scheduler::*;
 //! # async fn demo() -> Result<(), Box<dyn std::error::Error>> {
-//! let store = Arc::new(engram_store::jobs::JobStore::open("/home/me/.engram/engram.db")?);
+//! let store = Arc::new(engram_store_sqlite::jobs::JobStore::open("/home/me/.engram/engram.db")?);
 //! let scheduler = Scheduler::new(store, Arc::new(engram_core::SystemClock), None);
 //! let request = JobRequest::new("standup", "Summarise yesterday's commits",
 //!     ScheduleInput::Cron("0 9 * * mon-fri".into()));

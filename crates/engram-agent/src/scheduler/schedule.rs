@@ -1,6 +1,6 @@
 //! Schedules: reading what a person or a model wrote, checking it at once, and computing runs.
 
-use engram_store::jobs::{AfterRun, Job, JobPayload, MissedPolicy, NewJob, ScheduleRecord};
+use engram_store_sqlite::jobs::{AfterRun, Job, JobPayload, MissedPolicy, NewJob, ScheduleRecord};
 use jiff::civil::{Date, DateTime};
 use jiff::tz::TimeZone;
 use jiff::{SignedDuration, Timestamp};

@@ -3,7 +3,7 @@
 
 use async_trait::async_trait;
 use engram_core::{Tool, ToolOutput};
-use engram_store::jobs::MissedPolicy;
+use engram_store_sqlite::jobs::MissedPolicy;
 use serde::Deserialize;
 use serde_json::{Value, json};
 

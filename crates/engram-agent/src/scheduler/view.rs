@@ -1,7 +1,7 @@
 //! Jobs and runs as JSON (the reference design's field names) and as lines of text; times are
 //! shown in each job's own zone.
 
-use engram_store::jobs::{Job, JobRun, ScheduleRecord};
+use engram_store_sqlite::jobs::{Job, JobRun, ScheduleRecord};
 use jiff::tz::TimeZone;
 use serde::Serialize;
 

@@ -7,7 +7,7 @@ use std::sync::Arc;
 
 use engram_agent::tools::{BuiltinOptions, NoteMemory, ToolRegistry, Workspace};
 use engram_core::{MemoryStore, Scope, ToolOutput};
-use engram_store::SqliteStore;
+use engram_store_sqlite::SqliteStore;
 use serde_json::Value;
 
 pub struct Fixture {

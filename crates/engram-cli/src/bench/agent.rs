@@ -29,7 +29,7 @@ use engram_llm::Provider;
 use engram_llm::scripted::{
     LatencySummary, SCRIPTED_KEY, SCRIPTED_MODEL, ScriptedServer, Turn, delta_latencies,
 };
-use engram_store::SqliteStore;
+use engram_store_sqlite::SqliteStore;
 use serde::Serialize;
 use serde_json::json;
 

@@ -16,7 +16,7 @@ use engram_llm::scripted::{LatencySummary, ScriptedServer, Turn};
 use engram_memory::session::{SessionKey, SessionStore};
 use engram_memory::token_count::{count_tokens, messages_tokens};
 use engram_memory::{ManagerConfig, MemoryManager, Searcher};
-use engram_store::SqliteStore;
+use engram_store_sqlite::SqliteStore;
 use jiff::{SignedDuration, Timestamp};
 use serde::Serialize;
 use serde_json::{Value, json};

@@ -11,7 +11,7 @@ use clap::Args;
 use engram_core::{Filter, MemoryStore};
 use engram_memory::indexing::embed_pending;
 use engram_memory::{SearchRequest, Searcher};
-use engram_store::{DATABASE_FILE, SqliteStore};
+use engram_store_sqlite::{DATABASE_FILE, SqliteStore};
 use indicatif::ProgressBar;
 use serde::Serialize;
 

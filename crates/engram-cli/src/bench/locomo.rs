@@ -15,7 +15,7 @@ use anyhow::{Context as _, Result, anyhow, bail};
 use engram_core::{Filter, Kind, MemoryStore, NewMemory, Scope};
 use engram_memory::indexing::embed_pending;
 use engram_memory::{SearchRequest, Searcher};
-use engram_store::{DATABASE_FILE, SqliteStore};
+use engram_store_sqlite::{DATABASE_FILE, SqliteStore};
 use indicatif::{ProgressBar, ProgressStyle};
 use jiff::Timestamp;
 use serde::Serialize;

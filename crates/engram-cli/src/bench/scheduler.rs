@@ -11,8 +11,8 @@ use anyhow::{Context as _, Result, anyhow, bail};
 use clap::Args;
 use engram_agent::scheduler::{JobRequest, ScheduleInput, Scheduler, ZonedSchedule};
 use engram_core::{Clock, SystemClock};
-use engram_store::DATABASE_FILE;
-use engram_store::jobs::{JobStore, RunStatus};
+use engram_store_sqlite::DATABASE_FILE;
+use engram_store_sqlite::jobs::{JobStore, RunStatus};
 use jiff::SignedDuration;
 use serde::Serialize;
 

@@ -12,7 +12,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context as _, Result, anyhow, bail};
 use clap::Args;
-use engram_store::tokens::TokenStore;
+use engram_store_sqlite::tokens::TokenStore;
 use serde::Serialize;
 use serde_json::json;
 
@@ -292,7 +292,7 @@ pub fn run(ctx: &Context, args: BenchServerArgs) -> Result<Status> {
     std::fs::create_dir_all(&home)?;
     let load_before = load_average();
     let users: Vec<String> = (0..args.users).map(|u| format!("user-{u}")).collect();
-    let (_, token) = TokenStore::open(home.join(engram_store::DATABASE_FILE))?.create(
+    let (_, token) = TokenStore::open(home.join(engram_store_sqlite::DATABASE_FILE))?.create(
         Some("bench"),
         &users,
         jiff::Timestamp::now(),

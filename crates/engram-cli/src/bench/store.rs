@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 use anyhow::{Context as _, Result};
 use engram_core::{Filter, MemoryStore};
 use engram_memory::{SearchRequest, Searcher};
-use engram_store::{DATABASE_FILE, SqliteStore};
+use engram_store_sqlite::{DATABASE_FILE, SqliteStore};
 use indicatif::ProgressBar;
 use serde::Serialize;
 

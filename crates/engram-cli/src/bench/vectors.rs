@@ -20,7 +20,7 @@ use std::time::{Duration, Instant};
 use anyhow::{Context as _, Result};
 use clap::Args;
 use engram_core::{Filter, Kind, MemoryStore, NewMemory, Scope, StoredVector, VectorHit};
-use engram_store::{IndexBuild, SqliteStore, StoreOptions, VectorIndexOptions};
+use engram_store_sqlite::{IndexBuild, SqliteStore, StoreOptions, VectorIndexOptions};
 use serde::{Deserialize, Serialize};
 
 use crate::bench::store::{peak_rss_mib, percentile};

@@ -8,7 +8,7 @@ use clap::{ArgGroup, Args, Subcommand, ValueEnum};
 use engram_agent::scheduler::view::{job_line, job_view, local, run_line, run_view};
 use engram_agent::scheduler::{JobRequest, ScheduleInput, Scheduler, SchedulerError};
 use engram_core::SystemClock;
-use engram_store::jobs::{JobError, JobStore, MissedPolicy, RunStatus};
+use engram_store_sqlite::jobs::{JobError, JobStore, MissedPolicy, RunStatus};
 use serde_json::json;
 
 use super::Context;

@@ -8,7 +8,7 @@ use std::path::{Path, PathBuf};
 use anyhow::{Context as _, Result};
 use clap::Args;
 use engram_server::knowledge::KnowledgeBase;
-use engram_store::graph::{Entity, ObservationInput, Relation};
+use engram_store_sqlite::graph::{Entity, ObservationInput, Relation};
 use serde::{Deserialize, Serialize};
 
 use super::serve::open_stores;

@@ -10,8 +10,8 @@ use engram_llm::process_env;
 use engram_server::config::{DEFAULT_LISTEN, ServerSettings, parse_listen};
 use engram_server::service::Extraction;
 use engram_server::{ServeOptions, Server, Stores, shutdown_signal};
-use engram_store::graph::GraphStore;
-use engram_store::tokens::TokenStore;
+use engram_store_sqlite::graph::GraphStore;
+use engram_store_sqlite::tokens::TokenStore;
 
 use super::gateway::GatewayArgs;
 use super::{Context, retrieval};

@@ -2,7 +2,7 @@
 
 use anyhow::Result;
 use clap::{Args, Subcommand};
-use engram_store::tokens::{TokenError, TokenStore};
+use engram_store_sqlite::tokens::{TokenError, TokenStore};
 use jiff::Timestamp;
 use serde_json::json;
 

@@ -17,7 +17,7 @@ use axum::http::request::Parts;
 use engram_core::store::MemoryPatch;
 use engram_core::{AddOutcome, Filter, Importance, Kind, MemoryId, NewMemory, Scope};
 use engram_memory::SearchRequest;
-use engram_store::graph::{Entity, ObservationDeletion, ObservationInput, Relation};
+use engram_store_sqlite::graph::{Entity, ObservationDeletion, ObservationInput, Relation};
 use rmcp::model::{
     CallToolRequestParams, CallToolResponse, CallToolResult, ContentBlock, Implementation,
     ListToolsResult, PaginatedRequestParams, ServerCapabilities, ServerConfig, Tool,

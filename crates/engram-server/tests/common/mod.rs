@@ -6,7 +6,7 @@ use std::path::PathBuf;
 
 use engram_server::config::ServerSettings;
 use engram_server::{ServeError, ServeOptions, Server, Stores};
-use engram_store::tokens::TokenStore;
+use engram_store_sqlite::tokens::TokenStore;
 use jiff::Timestamp;
 use serde_json::Value;
 use tempfile::TempDir;

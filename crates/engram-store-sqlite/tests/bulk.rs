@@ -3,7 +3,7 @@
 //! every promise a small batch makes.
 
 use engram_core::{AddOutcome, Filter, MemoryStore, NewMemory, Scope, StoreError};
-use engram_store::{SqliteStore, StoreOptions};
+use engram_store_sqlite::{SqliteStore, StoreOptions};
 use tempfile::TempDir;
 
 /// Larger than the store's threshold for a bulk batch.

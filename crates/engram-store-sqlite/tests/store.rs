@@ -9,7 +9,7 @@ use engram_core::{
     Scope, StoreError,
 };
 use engram_core::{Filter, MetaCondition};
-use engram_store::{SqliteStore, StoreOptions};
+use engram_store_sqlite::{SqliteStore, StoreOptions};
 use jiff::{SignedDuration, Timestamp};
 use serde_json::json;
 use tempfile::TempDir;

@@ -12,7 +12,7 @@ use engram_core::{
     AddOutcome, Filter, FixedClock, Importance, Kind, MemoryId, MemoryStore, MetaCondition,
     NewMemory, Scope, StoredVector, VectorHit,
 };
-use engram_store::{IndexBuild, SqliteStore, StoreOptions, VectorIndexOptions};
+use engram_store_sqlite::{IndexBuild, SqliteStore, StoreOptions, VectorIndexOptions};
 use jiff::{SignedDuration, Timestamp};
 use proptest::prelude::*;
 use serde_json::json;
