@@ -96,12 +96,7 @@ pub fn prepare(ctx: &Context, args: &AgentArgs) -> Result<AgentSetup> {
         ToolModeSetting::Native => ToolMode::Native,
         ToolModeSetting::Json => ToolMode::Json,
     };
-    let user = args
-        .user
-        .clone()
-        .filter(|u| !u.trim().is_empty())
-        .or_else(|| config.agent.user.clone().filter(|u| !u.trim().is_empty()))
-        .unwrap_or_else(os_user);
+    let user = default_user(&config, args.user.clone());
 
     let workspace = open_workspace(ctx, args, &config)?;
     let store: Arc<dyn MemoryStore> = Arc::new(ctx.home.open_store()?);
@@ -420,6 +415,16 @@ fn open_workspace(ctx: &Context, args: &AgentArgs, config: &Config) -> Result<Wo
         }
     };
     Workspace::confined(&dir).with_context(|| format!("cannot use the workspace {}", dir.display()))
+}
+
+/// Whose memory a command uses: `explicit` (--user or ENGRAM_USER), else `[agent] user` in
+/// config.toml, else the operating-system user name. `engram chat`, `engram run`, `engram
+/// memory` and `engram mcp` all agree on it.
+pub fn default_user(config: &Config, explicit: Option<String>) -> String {
+    explicit
+        .filter(|u| !u.trim().is_empty())
+        .or_else(|| config.agent.user.clone().filter(|u| !u.trim().is_empty()))
+        .unwrap_or_else(os_user)
 }
 
 /// The operating-system user name, for whose memory the agent uses by default.

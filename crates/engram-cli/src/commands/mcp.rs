@@ -15,12 +15,15 @@ Speaks MCP on standard input and output (logs go to standard error). Tools: memo
 memory_search, memory_get, memory_list, memory_update, memory_delete, memory_history, and the
 knowledge-graph tools of the reference memory server (create_entities, create_relations,
 add_observations, delete_entities, delete_observations, delete_relations, read_graph,
-search_nodes, open_nodes). Tools act for --user unless a call names another user_id.
+search_nodes, open_nodes), and the resource memory://knowledge-graph. Tools act for the user
+of --user (or ENGRAM_USER), else [server] user, else [agent] user in config.toml, else your
+login name (the user `engram chat` remembers for), unless a call names another user_id.
 
-Example client configuration:
-  {\"command\": \"engram\", \"args\": [\"mcp\", \"--user\", \"alice\"]}")]
+Example client configuration (where the reference memory server was configured):
+  {\"command\": \"engram\", \"args\": [\"mcp\"]}")]
 pub struct McpArgs {
-    /// The user tools act for when a call names none.
+    /// The user tools act for when a call names none (default: [server] user, else [agent]
+    /// user in config.toml, else your login name).
     #[arg(long, short = 'u', env = "ENGRAM_USER")]
     pub user: Option<String>,
 }
@@ -31,14 +34,15 @@ pub fn run(ctx: &Context, args: McpArgs) -> Result<Status> {
     let settings = server_settings(ctx)?;
     let stores = open_stores(ctx)?;
     let service = stores.service(engram_server::service::default_concurrency());
-    let user = args.user.or(settings.user);
+    let config = crate::config::Config::load(ctx.home.dir())?;
+    let user = super::agent_common::default_user(&config, args.user.or(settings.user));
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()
         .build()
         .context("cannot start the async runtime")?;
     runtime
-        .block_on(engram_server::mcp::serve_stdio(service, user))
+        .block_on(engram_server::mcp::serve_stdio(service, Some(user)))
         .map_err(|e| anyhow!(e))?;
     Ok(Status::Success)
 }

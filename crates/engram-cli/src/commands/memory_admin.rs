@@ -13,7 +13,7 @@ use engram_memory::maintenance::{self, CleanupReason, CleanupRule};
 use jiff::Timestamp;
 
 use crate::commands::Context;
-use crate::commands::agent_common::os_user;
+use crate::commands::agent_common;
 use crate::config::Config;
 use crate::exit::{Failure, Status, usage};
 use crate::output;
@@ -74,12 +74,7 @@ fn default_user(ctx: &Context, user: Option<String>) -> Result<String> {
         return Ok(user);
     }
     let config = Config::load(ctx.home.dir())?;
-    Ok(config
-        .agent
-        .user
-        .clone()
-        .filter(|u| !u.trim().is_empty())
-        .unwrap_or_else(os_user))
+    Ok(agent_common::default_user(&config, None))
 }
 
 fn cleanup(ctx: &Context, args: CleanupArgs) -> Result<Status> {

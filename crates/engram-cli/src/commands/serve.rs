@@ -34,7 +34,8 @@ pub struct ServeArgs {
     /// Where to listen, as ADDR:PORT (e.g. 127.0.0.1:8420, [::1]:9000, 0.0.0.0:8420).
     #[arg(long, value_name = "ADDR:PORT")]
     pub listen: Option<String>,
-    /// The user MCP tools act for when a client names none and its token is not bound to one.
+    /// The user MCP tools act for when a client names none and its token is not bound to one
+    /// (default: [server] user, else [agent] user in config.toml, else your login name).
     #[arg(long, short = 'u', env = "ENGRAM_USER")]
     pub user: Option<String>,
     /// Threads serving connections (default: one per core).
@@ -121,9 +122,11 @@ pub fn run(ctx: &Context, args: ServeArgs) -> Result<Status> {
     let listen = parse_listen(&listen).map_err(|e| usage(format!("--listen: {e}")))?;
     let stores = open_stores(ctx)?;
     let mut options = ServeOptions::new(listen, settings);
-    if args.user.is_some() {
-        options.default_user = args.user;
-    }
+    // The same user `engram mcp` and `engram chat` default to, for calls that name none.
+    options.default_user = Some(super::agent_common::default_user(
+        &Config::load(ctx.home.dir())?,
+        args.user.or(options.default_user),
+    ));
     if let Some(concurrency) = args.concurrency {
         options.concurrency = usize::from(concurrency);
     }

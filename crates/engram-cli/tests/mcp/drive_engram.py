@@ -2,6 +2,8 @@
 
 Usage:
   python drive_engram.py stdio ENGRAM_BINARY ENGRAM_HOME USER
+      (starts `engram mcp` with no arguments, as clients configure the reference memory server:
+      the home and the login name come from the environment)
   python drive_engram.py http URL TOKEN
 
 Exits 0 when every check passed; otherwise prints the failed check to stderr and exits 1.
@@ -132,6 +134,10 @@ async def scenario(session):
 
     graph = await call(session, "read_graph", {})
     check([e["name"] for e in graph["entities"]] == ["Alice", "Bob"], f"read_graph entities: {graph}")
+    resources = await session.list_resources()
+    check([str(r.uri) for r in resources.resources] == ["memory://knowledge-graph"], f"resources: {resources}")
+    read = await session.read_resource("memory://knowledge-graph")
+    check(json.loads(read.contents[0].text) == graph, f"the resource is the graph: {read}")
     check(graph["entities"][0]["observations"] == ["works at Acme", "plays the cello"], f"read_graph observations: {graph}")
     check(graph["relations"] == [], f"relations went with their entities: {graph}")
     seen["graph"] = graph
@@ -142,7 +148,7 @@ async def main():
     mode = sys.argv[1]
     if mode == "stdio":
         binary, home, user = sys.argv[2:5]
-        params = StdioServerParameters(command=binary, args=["--home", home, "mcp", "--user", user])
+        params = StdioServerParameters(command=binary, args=["mcp"], env={"ENGRAM_HOME": home, "USER": user})
         async with stdio_client(params) as (read, write):
             async with ClientSession(read, write) as session:
                 return await scenario(session)

@@ -10,6 +10,7 @@
 pub mod tools;
 
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use axum::Router;
@@ -20,7 +21,10 @@ use engram_memory::SearchRequest;
 use engram_store_sqlite::graph::{Entity, ObservationDeletion, ObservationInput, Relation};
 use rmcp::model::{
     CallToolRequestParams, CallToolResponse, CallToolResult, ContentBlock, Implementation,
-    ListToolsResult, PaginatedRequestParams, ServerCapabilities, ServerConfig, Tool,
+    ListResourcesResult, ListToolsResult, PaginatedRequestParams, ReadResourceRequestParams,
+    ReadResourceResponse, ReadResourceResult, Resource, ResourceContents,
+    ResourceUpdatedNotificationParam, ServerCapabilities, ServerConfig, SubscribeRequestParams,
+    Tool, UnsubscribeRequestParams,
 };
 use rmcp::service::RequestContext;
 use rmcp::transport::StreamableHttpService;
@@ -41,6 +45,19 @@ use crate::service::MemoryService;
 /// The header naming the user an HTTP MCP connection acts for.
 pub const USER_HEADER: &str = "x-engram-user";
 
+/// The knowledge graph as a resource, under the reference memory server's URI.
+pub const GRAPH_RESOURCE_URI: &str = "memory://knowledge-graph";
+
+/// The graph tools that change the graph (subscribers of the resource hear of their calls).
+const GRAPH_CHANGES: [&str; 6] = [
+    "create_entities",
+    "create_relations",
+    "add_observations",
+    "delete_entities",
+    "delete_observations",
+    "delete_relations",
+];
+
 /// Instructions sent to clients when they connect.
 const INSTRUCTIONS: &str = "engram is the user's long-term memory. Search it (memory_search) \
 before answering anything that may depend on what the user told you before; store lasting facts, \
@@ -56,6 +73,9 @@ pub struct McpServer {
     /// The access of a stdio connection; HTTP requests bring their own.
     fixed_access: Option<Access>,
     tools: Arc<Vec<Tool>>,
+    /// True once the client subscribed to the knowledge-graph resource (one server per
+    /// connection or HTTP session, so this is per client).
+    graph_subscribed: Arc<AtomicBool>,
 }
 
 impl std::fmt::Debug for McpServer {
@@ -79,7 +99,19 @@ impl McpServer {
             default_user,
             fixed_access,
             tools: Arc::new(tools::all()),
+            graph_subscribed: Arc::new(AtomicBool::new(false)),
         }
+    }
+
+    /// The knowledge graph of the user this connection acts for, as the resource's text.
+    async fn graph_resource(&self, parts: Option<&Parts>) -> Result<String, ApiError> {
+        let access = self.access(parts)?;
+        let user = self.user(None, &access, parts)?;
+        let graph = self
+            .service
+            .graph(&access, &user.clone(), move |kb| kb.read_graph(&user))
+            .await?;
+        Ok(pretty(&to_value(&graph)?))
     }
 
     fn access(&self, parts: Option<&Parts>) -> Result<Access, ApiError> {
@@ -540,9 +572,15 @@ struct OpenNodes {
 
 impl ServerHandler for McpServer {
     fn get_info(&self) -> ServerConfig {
-        ServerConfig::new(ServerCapabilities::builder().enable_tools().build())
-            .with_server_info(Implementation::new("engram", env!("CARGO_PKG_VERSION")))
-            .with_instructions(INSTRUCTIONS)
+        ServerConfig::new(
+            ServerCapabilities::builder()
+                .enable_tools()
+                .enable_resources()
+                .enable_resources_subscribe()
+                .build(),
+        )
+        .with_server_info(Implementation::new("engram", env!("CARGO_PKG_VERSION")))
+        .with_instructions(INSTRUCTIONS)
     }
 
     async fn list_tools(
@@ -551,6 +589,77 @@ impl ServerHandler for McpServer {
         _context: RequestContext<RoleServer>,
     ) -> Result<ListToolsResult, ErrorData> {
         Ok(ListToolsResult::with_all_items(self.tools.as_ref().clone()))
+    }
+
+    async fn list_resources(
+        &self,
+        _request: Option<PaginatedRequestParams>,
+        _context: RequestContext<RoleServer>,
+    ) -> Result<ListResourcesResult, ErrorData> {
+        Ok(ListResourcesResult::with_all_items(vec![
+            Resource::new(GRAPH_RESOURCE_URI, "knowledge-graph")
+                .with_title("Knowledge Graph")
+                .with_description("The full knowledge graph with all entities and relations")
+                .with_mime_type("application/json"),
+        ]))
+    }
+
+    async fn read_resource(
+        &self,
+        request: ReadResourceRequestParams,
+        context: RequestContext<RoleServer>,
+    ) -> Result<ReadResourceResponse, ErrorData> {
+        if request.uri != GRAPH_RESOURCE_URI {
+            return Err(ErrorData::resource_not_found(
+                format!(
+                    "no resource '{}' (this server has {GRAPH_RESOURCE_URI})",
+                    request.uri
+                ),
+                None,
+            ));
+        }
+        let text = self
+            .graph_resource(context.extensions.get::<Parts>())
+            .await
+            .map_err(|e| match e.code {
+                ErrorCode::Internal | ErrorCode::Busy | ErrorCode::StorageFull => {
+                    ErrorData::internal_error(e.message, None)
+                }
+                _ => ErrorData::invalid_params(e.message, None),
+            })?;
+        Ok(ReadResourceResult::new(vec![
+            ResourceContents::text(text, GRAPH_RESOURCE_URI).with_mime_type("application/json"),
+        ])
+        .into())
+    }
+
+    // The reference server answers the legacy subscription requests; so does engram.
+    #[allow(deprecated)]
+    async fn subscribe(
+        &self,
+        request: SubscribeRequestParams,
+        _context: RequestContext<RoleServer>,
+    ) -> Result<(), ErrorData> {
+        if request.uri != GRAPH_RESOURCE_URI {
+            return Err(ErrorData::resource_not_found(
+                format!("no resource '{}' to subscribe to", request.uri),
+                None,
+            ));
+        }
+        self.graph_subscribed.store(true, Ordering::Relaxed);
+        Ok(())
+    }
+
+    #[allow(deprecated)]
+    async fn unsubscribe(
+        &self,
+        request: UnsubscribeRequestParams,
+        _context: RequestContext<RoleServer>,
+    ) -> Result<(), ErrorData> {
+        if request.uri == GRAPH_RESOURCE_URI {
+            self.graph_subscribed.store(false, Ordering::Relaxed);
+        }
+        Ok(())
     }
 
     async fn call_tool(
@@ -573,6 +682,17 @@ impl ServerHandler for McpServer {
         Ok(match outcome {
             Ok(value) => {
                 tracing::debug!(tool = name, micros, "mcp tool call");
+                if GRAPH_CHANGES.contains(&name.as_str())
+                    && self.graph_subscribed.load(Ordering::Relaxed)
+                    && let Err(e) = context
+                        .peer
+                        .notify_resource_updated(ResourceUpdatedNotificationParam::new(
+                            GRAPH_RESOURCE_URI,
+                        ))
+                        .await
+                {
+                    tracing::debug!(error = %e, "cannot tell the client the graph changed");
+                }
                 tool_result(&name, value).into()
             }
             Err(error) => {
