@@ -9,7 +9,7 @@ use std::sync::Arc;
 
 use common::{Fixture, content_of, error_of};
 use engram_agent::tools::{BuiltinOptions, NotesFile};
-use engram_core::{Filter, Kind, MemoryStore};
+use engram_core::{BlockingMemoryStore, Filter, Kind};
 use serde_json::{Value, json};
 
 const NOTES: &str = ".agent_memory.json";

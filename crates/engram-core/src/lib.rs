@@ -24,7 +24,8 @@ pub use memory::{
     Importance, Kind, Memory, MemoryId, NewMemory, Scope, content_hash, normalize_text,
 };
 pub use store::{
-    AddOutcome, HistoryEvent, HistoryKind, LexicalHit, MemoryPatch, MemoryStore, PendingText,
+    AddOutcome, Backend, BlockingMemoryStore, DenseIndexStats, DenseSearchCounts, DenseTuning,
+    ExportCursor, HistoryEvent, HistoryKind, LexicalHit, MemoryPatch, MemoryStore, PendingText,
     StoreError, StoreStats, StoredVector, VectorHit, VectorModelStats,
 };
 pub use tool::{Tool, ToolOutput, ToolSpec};

@@ -3,7 +3,7 @@
 
 use std::sync::Arc;
 
-use engram_core::{AddOutcome, Embedder, MemoryStore, NewMemory, StoredVector};
+use engram_core::{AddOutcome, BlockingMemoryStore, Embedder, NewMemory, StoredVector};
 
 use crate::search::SearchError;
 
@@ -13,7 +13,7 @@ pub const EMBED_BATCH: usize = 64;
 /// Stores `memory` and its vector. The text is embedded first, so a failing embedder stores
 /// nothing; a duplicate gets no new vector (its text already has one, or gets it on reindex).
 pub async fn add_with_vector(
-    store: &Arc<dyn MemoryStore>,
+    store: &Arc<dyn BlockingMemoryStore>,
     embedder: Option<&Arc<dyn Embedder>>,
     memory: NewMemory,
     actor: &str,
@@ -46,7 +46,7 @@ pub async fn add_with_vector(
 ///
 /// Each batch is stored as it completes, so an interrupted run keeps its progress.
 pub async fn embed_pending(
-    store: &Arc<dyn MemoryStore>,
+    store: &Arc<dyn BlockingMemoryStore>,
     embedder: &Arc<dyn Embedder>,
     progress: &mut (dyn FnMut(u64, u64) + Send),
 ) -> Result<u64, SearchError> {

@@ -5,7 +5,8 @@
 use std::collections::HashSet;
 
 use engram_core::{
-    AddOutcome, ChatModel, ChatRequest, Filter, Kind, Memory, MemoryStore, Message, StoreError,
+    AddOutcome, BlockingMemoryStore, ChatModel, ChatRequest, Filter, Kind, Memory, Message,
+    StoreError,
 };
 use jiff::{SignedDuration, Timestamp};
 use serde::Serialize;
@@ -72,7 +73,7 @@ pub struct CleanupReport {
 }
 
 fn scan(
-    store: &dyn MemoryStore,
+    store: &dyn BlockingMemoryStore,
     filter: &Filter,
     mut keep: impl FnMut(&Memory) -> bool,
 ) -> Result<Vec<Memory>, StoreError> {
@@ -92,7 +93,7 @@ fn scan(
 /// Finds episodes older than the rule allows with importance below its threshold, and memories
 /// whose expiry has passed but are not closed yet, and invalidates them (unless `dry_run`).
 pub fn cleanup(
-    store: &dyn MemoryStore,
+    store: &dyn BlockingMemoryStore,
     user: &str,
     rule: &CleanupRule,
     now: Timestamp,
@@ -206,7 +207,7 @@ pub fn parse_compacted(raw: &str) -> Result<Vec<(Kind, ProfileEntry)>, UnusableO
 /// invalidated (kept in history); entries it keeps word for word stay as they are. Nothing
 /// changes when the profile is small, the answer is unusable, or it is not shorter.
 pub async fn compact_profile(
-    store: &dyn MemoryStore,
+    store: &dyn BlockingMemoryStore,
     model: &dyn ChatModel,
     user: &str,
     now: Timestamp,

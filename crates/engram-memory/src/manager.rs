@@ -15,8 +15,8 @@ use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
 use engram_core::{
-    AddOutcome, ChatModel, Filter, Importance, Kind, LlmError, Memory, MemoryStore, Message,
-    MetaCondition, NewMemory, Scope, StoreError,
+    AddOutcome, BlockingMemoryStore, ChatModel, Filter, Importance, Kind, LlmError, Memory,
+    Message, MetaCondition, NewMemory, Scope, StoreError,
 };
 use jiff::Timestamp;
 use jiff::tz::TimeZone;
@@ -190,7 +190,7 @@ impl fmt::Display for MemoryOverview {
 
 /// Long-term memory for one user: store, retrieval, model and markdown files together.
 pub struct MemoryManager {
-    store: Arc<dyn MemoryStore>,
+    store: Arc<dyn BlockingMemoryStore>,
     searcher: Arc<Searcher>,
     model: Option<Arc<dyn ChatModel>>,
     mirror: MarkdownMirror,
@@ -220,7 +220,7 @@ impl MemoryManager {
     /// A manager for `user`, with MEMORY.md and daily notes under `workspace/memory`. Without a
     /// model there is no extraction, merging or compaction; the context still works.
     pub fn new(
-        store: Arc<dyn MemoryStore>,
+        store: Arc<dyn BlockingMemoryStore>,
         searcher: Arc<Searcher>,
         model: Option<Arc<dyn ChatModel>>,
         workspace: PathBuf,
@@ -262,7 +262,7 @@ impl MemoryManager {
     }
 
     /// The store.
-    pub fn store(&self) -> &Arc<dyn MemoryStore> {
+    pub fn store(&self) -> &Arc<dyn BlockingMemoryStore> {
         &self.store
     }
 

@@ -15,8 +15,8 @@
 use std::collections::HashSet;
 
 use engram_core::{
-    AddOutcome, ChatModel, ChatRequest, Filter, Importance, Kind, Memory, MemoryId, MemoryStore,
-    Message, MetaCondition, NewMemory, Scope, StoreError,
+    AddOutcome, BlockingMemoryStore, ChatModel, ChatRequest, Filter, Importance, Kind, Memory,
+    MemoryId, Message, MetaCondition, NewMemory, Scope, StoreError,
 };
 use serde_json::Value;
 
@@ -78,7 +78,7 @@ pub struct MergeOrigin<'a> {
 
 /// The current profile entries of `user` with `key`, of either kind.
 pub fn current_with_key(
-    store: &dyn MemoryStore,
+    store: &dyn BlockingMemoryStore,
     user: &str,
     key: &str,
 ) -> Result<Vec<Memory>, StoreError> {
@@ -91,7 +91,7 @@ pub fn current_with_key(
 
 /// Every current fact and preference of `user`, newest first, at most `limit`.
 pub fn current_profile(
-    store: &dyn MemoryStore,
+    store: &dyn BlockingMemoryStore,
     user: &str,
     limit: usize,
 ) -> Result<Vec<Memory>, StoreError> {
@@ -101,7 +101,7 @@ pub fn current_profile(
 /// One listing per kind (each follows the store's per-kind index; a listing of both kinds at
 /// once would walk all of the user's memories), merged newest first.
 fn profile_lists(
-    store: &dyn MemoryStore,
+    store: &dyn BlockingMemoryStore,
     user: &str,
     metadata: Vec<MetaCondition>,
     limit: usize,
@@ -142,7 +142,7 @@ pub fn new_profile_memory(kind: Kind, entry: &ProfileEntry, origin: &MergeOrigin
 
 /// Adds the entry; `true` when it was new.
 fn add(
-    store: &dyn MemoryStore,
+    store: &dyn BlockingMemoryStore,
     kind: Kind,
     entry: &ProfileEntry,
     origin: &MergeOrigin<'_>,
@@ -154,7 +154,7 @@ fn add(
 }
 
 /// Closes a memory, treating "already closed" (another process got there first) as done.
-fn close(store: &dyn MemoryStore, id: MemoryId, actor: &str) -> Result<bool, StoreError> {
+fn close(store: &dyn BlockingMemoryStore, id: MemoryId, actor: &str) -> Result<bool, StoreError> {
     match store.invalidate(id, actor) {
         Ok(_) => Ok(true),
         Err(StoreError::AlreadyClosed(_) | StoreError::NotFound(_)) => Ok(false),
@@ -164,7 +164,7 @@ fn close(store: &dyn MemoryStore, id: MemoryId, actor: &str) -> Result<bool, Sto
 
 /// The key rule for one entry.
 pub fn apply_key_rule(
-    store: &dyn MemoryStore,
+    store: &dyn BlockingMemoryStore,
     kind: Kind,
     entry: &ProfileEntry,
     origin: &MergeOrigin<'_>,
@@ -305,7 +305,7 @@ pub fn parse_decisions(
 /// The known entries the model should see for `new`: same-key ones first, then the most similar
 /// by words, at most [`MAX_SHOWN`].
 fn neighbours(
-    store: &dyn MemoryStore,
+    store: &dyn BlockingMemoryStore,
     user: &str,
     new: &[(Kind, ProfileEntry)],
 ) -> Result<Vec<Memory>, StoreError> {
@@ -343,7 +343,7 @@ fn neighbours(
 /// Merges a profile update: by the model when one is given and something similar is known,
 /// by the key rule otherwise.
 pub async fn merge_profile(
-    store: &dyn MemoryStore,
+    store: &dyn BlockingMemoryStore,
     model: Option<&dyn ChatModel>,
     update: &ProfileUpdate,
     origin: &MergeOrigin<'_>,

@@ -5,7 +5,8 @@ use std::collections::HashMap;
 use std::sync::Arc;
 
 use engram_core::{
-    Clock, EmbedError, Embedder, Filter, Memory, MemoryId, MemoryStore, StoreError, SystemClock,
+    BlockingMemoryStore, Clock, EmbedError, Embedder, Filter, Memory, MemoryId, StoreError,
+    SystemClock,
 };
 use jiff::tz::TimeZone;
 use serde::Serialize;
@@ -89,7 +90,7 @@ pub enum SearchError {
 /// Runs searches against a store, with an embedder when one is configured.
 #[derive(Clone)]
 pub struct Searcher {
-    store: Arc<dyn MemoryStore>,
+    store: Arc<dyn BlockingMemoryStore>,
     embedder: Option<Arc<dyn Embedder>>,
     profile: RankingProfile,
     clock: Arc<dyn Clock>,
@@ -107,7 +108,7 @@ impl std::fmt::Debug for Searcher {
 
 impl Searcher {
     /// A lexical-only searcher over `store` with the balanced profile.
-    pub fn new(store: Arc<dyn MemoryStore>) -> Self {
+    pub fn new(store: Arc<dyn BlockingMemoryStore>) -> Self {
         Self {
             store,
             embedder: None,
@@ -147,7 +148,7 @@ impl Searcher {
     }
 
     /// The store searched.
-    pub fn store(&self) -> &Arc<dyn MemoryStore> {
+    pub fn store(&self) -> &Arc<dyn BlockingMemoryStore> {
         &self.store
     }
 

@@ -6,8 +6,8 @@ use std::path::PathBuf;
 use std::sync::Arc;
 
 use engram_core::{
-    ChatModel, ChatRequest, Clock, Filter, FixedClock, HistoryKind, Kind, Memory, MemoryStore,
-    Message,
+    BlockingMemoryStore, ChatModel, ChatRequest, Clock, Filter, FixedClock, HistoryKind, Kind,
+    Memory, Message,
 };
 use engram_llm::Provider;
 use engram_llm::scripted::{ScriptedServer, Turn};
@@ -28,7 +28,7 @@ fn day_one() -> Timestamp {
 struct World {
     dir: TempDir,
     clock: Arc<FixedClock>,
-    store: Arc<dyn MemoryStore>,
+    store: Arc<dyn BlockingMemoryStore>,
 }
 
 impl World {
@@ -76,7 +76,7 @@ impl World {
     }
 }
 
-fn open_store(dir: &TempDir, clock: &Arc<FixedClock>) -> Arc<dyn MemoryStore> {
+fn open_store(dir: &TempDir, clock: &Arc<FixedClock>) -> Arc<dyn BlockingMemoryStore> {
     Arc::new(
         SqliteStore::open_with(
             dir.path().join("engram.db"),

@@ -5,7 +5,7 @@ use std::path::PathBuf;
 use std::sync::{Arc, OnceLock};
 
 use engram_core::{
-    AddOutcome, Embedder, Filter, FixedClock, MemoryStore, NewMemory, Scope, StoredVector,
+    AddOutcome, BlockingMemoryStore, Embedder, Filter, FixedClock, NewMemory, Scope, StoredVector,
 };
 use engram_embed::LocalEmbedder;
 use engram_memory::indexing::{add_with_vector, embed_pending};
@@ -39,14 +39,14 @@ fn now() -> Timestamp {
 
 struct Fixture {
     _dir: TempDir,
-    store: Arc<dyn MemoryStore>,
+    store: Arc<dyn BlockingMemoryStore>,
     searcher: Searcher,
 }
 
 fn fixture() -> Fixture {
     let dir = TempDir::new().unwrap();
     let clock = Arc::new(FixedClock::new(now()));
-    let store: Arc<dyn MemoryStore> = Arc::new(
+    let store: Arc<dyn BlockingMemoryStore> = Arc::new(
         SqliteStore::open_with(
             dir.path().join("engram.db"),
             StoreOptions {

@@ -8,7 +8,7 @@
 use std::future::Future;
 use std::sync::Arc;
 
-use engram_core::{AddOutcome, Embedder, MemoryStore, NewMemory, StoreError, StoredVector};
+use engram_core::{AddOutcome, BlockingMemoryStore, Embedder, NewMemory, StoreError, StoredVector};
 use engram_memory::{SearchError, SearchRequest, SearchResults, Searcher};
 
 use crate::error::ApiError;
@@ -44,7 +44,7 @@ pub fn search(searcher: &Searcher, request: &SearchRequest) -> Result<SearchResu
 
 /// Stores one memory with its vector (when the searcher has an embedder).
 pub fn add(
-    store: &Arc<dyn MemoryStore>,
+    store: &Arc<dyn BlockingMemoryStore>,
     searcher: &Searcher,
     memory: NewMemory,
     actor: &str,
@@ -60,7 +60,7 @@ pub fn add(
 /// Stores many memories in one transaction, each with its vector when the searcher has an
 /// embedder. The texts are embedded first, so a failing embedder stores nothing.
 pub fn add_many(
-    store: &Arc<dyn MemoryStore>,
+    store: &Arc<dyn BlockingMemoryStore>,
     searcher: &Searcher,
     memories: Vec<NewMemory>,
     actor: &str,

@@ -14,7 +14,9 @@
 use std::collections::HashMap;
 use std::sync::Arc;
 
-use engram_core::{AddOutcome, Filter, Kind, MemoryId, MemoryStore, NewMemory, Scope, StoreError};
+use engram_core::{
+    AddOutcome, BlockingMemoryStore, Filter, Kind, MemoryId, NewMemory, Scope, StoreError,
+};
 use engram_memory::{SearchRequest, Searcher};
 use engram_store_sqlite::graph::{
     Entity, GraphError, GraphLink, GraphStore, IndexTarget, KnowledgeGraph, ObservationDeletion,
@@ -53,7 +55,7 @@ impl From<GraphError> for ApiError {
 #[derive(Clone)]
 pub struct KnowledgeBase {
     graph: Arc<GraphStore>,
-    store: Arc<dyn MemoryStore>,
+    store: Arc<dyn BlockingMemoryStore>,
     searcher: Searcher,
 }
 
@@ -79,7 +81,11 @@ fn observation_text(name: &str, content: &str) -> String {
 
 impl KnowledgeBase {
     /// A knowledge base over these stores; `searcher` must search `store`.
-    pub fn new(graph: Arc<GraphStore>, store: Arc<dyn MemoryStore>, searcher: Searcher) -> Self {
+    pub fn new(
+        graph: Arc<GraphStore>,
+        store: Arc<dyn BlockingMemoryStore>,
+        searcher: Searcher,
+    ) -> Self {
         Self {
             graph,
             store,

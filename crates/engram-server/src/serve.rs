@@ -7,7 +7,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use axum::Router;
-use engram_core::MemoryStore;
+use engram_core::BlockingMemoryStore;
 use engram_memory::Searcher;
 use engram_store_sqlite::graph::GraphStore;
 use engram_store_sqlite::tokens::TokenStore;
@@ -53,7 +53,7 @@ pub enum ServeError {
 #[derive(Clone)]
 pub struct Stores {
     /// The memories.
-    pub memories: Arc<dyn MemoryStore>,
+    pub memories: Arc<dyn BlockingMemoryStore>,
     /// How to search them (the CLI builds it, lexical or hybrid).
     pub searcher: Searcher,
     /// The API tokens.

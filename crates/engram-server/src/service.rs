@@ -11,8 +11,8 @@ use std::sync::Arc;
 
 use engram_core::store::MemoryPatch;
 use engram_core::{
-    AddOutcome, ChatModel, Filter, HistoryEvent, Memory, MemoryId, MemoryStore, Message, NewMemory,
-    Scope, StoreError,
+    AddOutcome, BlockingMemoryStore, ChatModel, Filter, HistoryEvent, Memory, MemoryId, Message,
+    NewMemory, Scope, StoreError,
 };
 use engram_memory::manager::{ExtractionReport, ManagerConfig, MemoryError, MemoryManager};
 use engram_memory::{SearchRequest, SearchResults, Searcher};
@@ -31,7 +31,7 @@ const EXPORT_BUFFER_LINES: usize = 256;
 /// The memory operations, shared by the REST API and the MCP server. Cheap to clone.
 #[derive(Clone)]
 pub struct MemoryService {
-    store: Arc<dyn MemoryStore>,
+    store: Arc<dyn BlockingMemoryStore>,
     searcher: Searcher,
     tokens: Arc<TokenStore>,
     knowledge: KnowledgeBase,
@@ -92,7 +92,7 @@ impl MemoryService {
     /// A service over these parts; `searcher` must search `store`, and `tokens` and
     /// `knowledge` must use the same database.
     pub fn new(
-        store: Arc<dyn MemoryStore>,
+        store: Arc<dyn BlockingMemoryStore>,
         searcher: Searcher,
         tokens: Arc<TokenStore>,
         knowledge: KnowledgeBase,

@@ -12,13 +12,13 @@ pub(crate) fn from_sqlite(err: rusqlite::Error, path: &Path, busy_timeout: Durat
         let detail = message.clone().unwrap_or_else(|| failure.to_string());
         return match failure.code {
             ErrorCode::NotADatabase | ErrorCode::DatabaseCorrupt => StoreError::Corrupt {
-                path: path.to_path_buf(),
+                location: location(path),
                 detail,
             },
             ErrorCode::DiskFull => StoreError::DiskFull,
             ErrorCode::ReadOnly | ErrorCode::PermissionDenied | ErrorCode::CannotOpen => {
                 StoreError::ReadOnly {
-                    path: path.to_path_buf(),
+                    location: location(path),
                     detail,
                 }
             }
@@ -33,4 +33,9 @@ pub(crate) fn from_sqlite(err: rusqlite::Error, path: &Path, busy_timeout: Durat
         };
     }
     StoreError::Backend(err.to_string())
+}
+
+/// How a database file is named in messages.
+pub(crate) fn location(path: &Path) -> String {
+    path.display().to_string()
 }

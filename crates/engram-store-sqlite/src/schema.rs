@@ -266,7 +266,9 @@ pub fn latest_version() -> u32 {
 
 #[cfg(test)]
 mod tests {
-    use engram_core::{AddOutcome, Filter, MemoryId, MemoryStore, NewMemory, Scope, content_hash};
+    use engram_core::{
+        AddOutcome, BlockingMemoryStore, Filter, MemoryId, NewMemory, Scope, content_hash,
+    };
     use rusqlite::{Connection, params};
 
     use super::{APPLICATION_ID, MIGRATIONS};

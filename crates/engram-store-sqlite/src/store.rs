@@ -1,4 +1,4 @@
-//! [`SqliteStore`]: the [`MemoryStore`] on one SQLite file.
+//! [`SqliteStore`]: the [`BlockingMemoryStore`] on one SQLite file.
 
 use std::collections::{HashMap, HashSet};
 use std::path::{Path, PathBuf};
@@ -7,8 +7,8 @@ use std::time::Duration;
 
 use engram_core::store::{LexicalHit, MemoryPatch};
 use engram_core::{
-    AddOutcome, Clock, Filter, HistoryEvent, HistoryKind, Kind, Memory, MemoryId, MemoryStore,
-    NewMemory, StoreError, StoreStats, SystemClock, content_hash,
+    AddOutcome, BlockingMemoryStore, Clock, Filter, HistoryEvent, HistoryKind, Kind, Memory,
+    MemoryId, NewMemory, StoreError, StoreStats, SystemClock, content_hash,
 };
 use engram_core::{PendingText, StoredVector, VectorHit, VectorModelStats};
 use jiff::Timestamp;
@@ -66,6 +66,9 @@ pub struct SqliteStore {
     /// Per-user facts that BM25 ranking scores and filters by (see `lexical_docs`).
     lexical_docs: LexicalDocCache,
 }
+
+/// The engine's name in [`StoreStats`].
+pub const ENGINE: &str = "sqlite";
 
 /// Upper bound on idle read connections kept for reuse.
 const MAX_IDLE_READERS: usize = 8;
@@ -547,13 +550,13 @@ fn identity(conn: &Connection) -> rusqlite::Result<Identity> {
 fn check_identity(identity: &Identity, path: &Path) -> Result<(), StoreError> {
     if identity.app_id != APPLICATION_ID && (identity.app_id != 0 || identity.tables > 0) {
         return Err(StoreError::NotEngram {
-            path: path.to_path_buf(),
+            location: crate::error::location(path),
         });
     }
     let latest = latest_version();
     if identity.version > latest {
         return Err(StoreError::TooNew {
-            path: path.to_path_buf(),
+            location: crate::error::location(path),
             found: identity.version,
             supported: latest,
         });
@@ -847,7 +850,7 @@ fn record(
     Ok(())
 }
 
-impl MemoryStore for SqliteStore {
+impl BlockingMemoryStore for SqliteStore {
     fn add(&self, memory: NewMemory, actor: &str) -> Result<AddOutcome, StoreError> {
         let now = self.now();
         self.write(|tx| {
@@ -1204,8 +1207,10 @@ impl MemoryStore for SqliteStore {
                 memories: q("SELECT count(*) FROM memories")?,
                 users: q("SELECT count(DISTINCT user_id) FROM memories")?,
                 history_rows: q("SELECT count(*) FROM history")?,
+                engine: ENGINE.to_string(),
+                location: crate::error::location(&self.path),
                 schema_version: latest_version(),
-                path: self.path.clone(),
+                dense_search: self.vector_indexes.mode().to_string(),
                 ..StoreStats::default()
             };
             stats.closed = conn
@@ -1233,7 +1238,7 @@ impl MemoryStore for SqliteStore {
         let size = |p: &Path| std::fs::metadata(p).map(|m| m.len()).unwrap_or(0);
         let mut wal = self.path.clone().into_os_string();
         wal.push("-wal");
-        stats.database_bytes = size(&self.path) + size(Path::new(&wal));
+        stats.size_bytes = Some(size(&self.path) + size(Path::new(&wal)));
         Ok(stats)
     }
 

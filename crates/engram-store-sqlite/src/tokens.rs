@@ -430,7 +430,7 @@ impl RawToken {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use engram_core::{MemoryStore, NewMemory, Scope};
+    use engram_core::{BlockingMemoryStore, NewMemory, Scope};
     use tempfile::TempDir;
 
     fn store() -> (TempDir, TokenStore) {

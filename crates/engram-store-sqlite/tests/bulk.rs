@@ -2,7 +2,7 @@
 //! Large batches (an import's): the writer stores them with a larger page cache, and they keep
 //! every promise a small batch makes.
 
-use engram_core::{AddOutcome, Filter, MemoryStore, NewMemory, Scope, StoreError};
+use engram_core::{AddOutcome, BlockingMemoryStore, Filter, NewMemory, Scope, StoreError};
 use engram_store_sqlite::{SqliteStore, StoreOptions};
 use tempfile::TempDir;
 

@@ -5,8 +5,8 @@ use std::sync::Arc;
 
 use engram_core::store::MemoryPatch;
 use engram_core::{
-    AddOutcome, Clock, FixedClock, HistoryKind, Importance, Kind, MemoryId, MemoryStore, NewMemory,
-    Scope, StoreError,
+    AddOutcome, BlockingMemoryStore, Clock, FixedClock, HistoryKind, Importance, Kind, MemoryId,
+    NewMemory, Scope, StoreError,
 };
 use engram_core::{Filter, MetaCondition};
 use engram_store_sqlite::{SqliteStore, StoreOptions};
@@ -679,7 +679,8 @@ fn stats_count_what_is_there() {
     assert_eq!((stats.memories, stats.users, stats.closed), (2, 2, 1));
     assert_eq!(stats.by_kind.get(&Kind::Episode), Some(&2));
     assert_eq!(stats.history_rows, 3);
-    assert!(stats.database_bytes > 0);
+    assert!(stats.size_bytes.is_some_and(|n| n > 0));
+    assert_eq!(stats.engine, "sqlite");
 }
 
 mod files {

@@ -9,7 +9,7 @@ use std::sync::Arc;
 
 use engram_core::store::MemoryPatch;
 use engram_core::{
-    AddOutcome, Filter, FixedClock, Importance, Kind, MemoryId, MemoryStore, MetaCondition,
+    AddOutcome, BlockingMemoryStore, Filter, FixedClock, Importance, Kind, MemoryId, MetaCondition,
     NewMemory, Scope, StoredVector, VectorHit,
 };
 use engram_store_sqlite::{IndexBuild, SqliteStore, StoreOptions, VectorIndexOptions};

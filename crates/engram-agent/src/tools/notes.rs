@@ -16,7 +16,7 @@ use std::time::{Duration, Instant};
 
 use async_trait::async_trait;
 use engram_core::{
-    AddOutcome, Clock, Kind, MemoryStore, NewMemory, Scope, SystemClock, Tool, ToolOutput,
+    AddOutcome, BlockingMemoryStore, Clock, Kind, NewMemory, Scope, SystemClock, Tool, ToolOutput,
 };
 use serde::Deserialize;
 use serde_json::{Map, Value, json};
@@ -290,7 +290,7 @@ pub fn format_notes(notes: &[Note], category: Option<&str>) -> String {
 #[derive(Clone)]
 pub struct RecordNoteTool {
     notes: NotesFile,
-    store: Arc<dyn MemoryStore>,
+    store: Arc<dyn BlockingMemoryStore>,
     scope: Scope,
 }
 
@@ -305,7 +305,7 @@ impl std::fmt::Debug for RecordNoteTool {
 
 impl RecordNoteTool {
     /// record_note writing to `notes` and to `store` under `scope`.
-    pub fn new(notes: NotesFile, store: Arc<dyn MemoryStore>, scope: Scope) -> Self {
+    pub fn new(notes: NotesFile, store: Arc<dyn BlockingMemoryStore>, scope: Scope) -> Self {
         Self {
             notes,
             store,

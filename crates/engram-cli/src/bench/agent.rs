@@ -24,7 +24,7 @@ use anyhow::{Context as _, Result, anyhow};
 use clap::Args;
 use engram_agent::tools::{BuiltinOptions, NoteMemory, ToolRegistry, Workspace};
 use engram_agent::{Agent, AgentConfig, AgentEvent, CancelToken, InMemoryRunState};
-use engram_core::{MemoryStore, Scope};
+use engram_core::{BlockingMemoryStore, Scope};
 use engram_llm::Provider;
 use engram_llm::scripted::{
     LatencySummary, SCRIPTED_KEY, SCRIPTED_MODEL, ScriptedServer, Turn, delta_latencies,
@@ -173,7 +173,8 @@ fn tools_in(dir: &Path, name: &str) -> Result<(Arc<ToolRegistry>, std::path::Pat
     let ws = dir.join(name);
     std::fs::create_dir_all(&ws)?;
     let workspace = Workspace::confined(&ws)?;
-    let store: Arc<dyn MemoryStore> = Arc::new(SqliteStore::open(dir.join(format!("{name}.db")))?);
+    let store: Arc<dyn BlockingMemoryStore> =
+        Arc::new(SqliteStore::open(dir.join(format!("{name}.db")))?);
     let memory = NoteMemory {
         store,
         scope: Scope::user("bench"),

@@ -10,7 +10,7 @@ use std::time::Instant;
 
 use anyhow::{Context as _, Result};
 use clap::Args;
-use engram_core::{Importance, Kind, MemoryStore, Message, NewMemory, Scope};
+use engram_core::{BlockingMemoryStore, Importance, Kind, Message, NewMemory, Scope};
 use engram_llm::Provider;
 use engram_llm::scripted::{LatencySummary, ScriptedServer, Turn};
 use engram_memory::session::{SessionKey, SessionStore};
@@ -76,7 +76,8 @@ struct Report {
 pub fn run(ctx: &Context, args: BenchContextArgs) -> Result<Status> {
     let dir = tempfile::tempdir().context("cannot create a temporary directory")?;
     let runtime = runtime()?;
-    let store: Arc<dyn MemoryStore> = Arc::new(SqliteStore::open(dir.path().join("engram.db"))?);
+    let store: Arc<dyn BlockingMemoryStore> =
+        Arc::new(SqliteStore::open(dir.path().join("engram.db"))?);
     let now = Timestamp::now();
     let mut rng = SplitMix(0x5eed_c0de);
     let vocabulary = Vocabulary::new(20_000, &mut rng);
@@ -303,7 +304,7 @@ fn phrase(vocabulary: &Vocabulary, rng: &mut SplitMix) -> String {
 /// Stores the synthetic memories; returns the tokens of all current ones (what putting every
 /// memory into the prompt would cost).
 fn load(
-    store: &Arc<dyn MemoryStore>,
+    store: &Arc<dyn BlockingMemoryStore>,
     count: u64,
     now: Timestamp,
     vocabulary: &Vocabulary,

@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context as _, Result, anyhow};
 use clap::Args;
-use engram_core::{Filter, MemoryStore};
+use engram_core::{BlockingMemoryStore, Filter};
 use engram_memory::indexing::embed_pending;
 use engram_memory::{SearchRequest, Searcher};
 use engram_store_sqlite::{DATABASE_FILE, SqliteStore};
@@ -68,7 +68,7 @@ pub fn run(ctx: &Context, args: BenchHybridArgs) -> Result<Status> {
         .clone()
         .unwrap_or_else(|| temp.path().to_path_buf());
     std::fs::create_dir_all(&dir).with_context(|| format!("cannot create {}", dir.display()))?;
-    let store: Arc<dyn MemoryStore> = Arc::new(SqliteStore::open(dir.join(DATABASE_FILE))?);
+    let store: Arc<dyn BlockingMemoryStore> = Arc::new(SqliteStore::open(dir.join(DATABASE_FILE))?);
     let runtime = retrieval::runtime()?;
     let mut rng = SplitMix(args.seed);
     let vocab = Vocabulary::new(20_000, &mut rng);

@@ -12,7 +12,7 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use anyhow::{Context as _, Result, anyhow, bail};
-use engram_core::{Filter, Kind, MemoryStore, NewMemory, Scope};
+use engram_core::{BlockingMemoryStore, Filter, Kind, NewMemory, Scope};
 use engram_memory::indexing::embed_pending;
 use engram_memory::{SearchRequest, Searcher};
 use engram_store_sqlite::{DATABASE_FILE, SqliteStore};
@@ -213,7 +213,7 @@ pub fn run(ctx: &Context, args: BenchLocomoArgs) -> Result<Status> {
         }
         None => temp.path().to_path_buf(),
     };
-    let store: Arc<dyn MemoryStore> = Arc::new(SqliteStore::open(dir.join(DATABASE_FILE))?);
+    let store: Arc<dyn BlockingMemoryStore> = Arc::new(SqliteStore::open(dir.join(DATABASE_FILE))?);
     let reuse = store.stats()?.memories > 0;
 
     // Ingest.

@@ -8,7 +8,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use anyhow::{Context as _, Result};
-use engram_core::{Filter, MemoryStore};
+use engram_core::{BlockingMemoryStore, Filter};
 use engram_memory::{SearchRequest, Searcher};
 use engram_store_sqlite::{DATABASE_FILE, SqliteStore};
 use indicatif::ProgressBar;
@@ -391,7 +391,7 @@ pub fn run(ctx: &Context, args: BenchStoreArgs) -> Result<Status> {
             search_user_memories: user_memories,
             one_shot_p50_ms: percentile(&one_shot, 0.50),
             one_shot_p95_ms: percentile(&one_shot, 0.95),
-            database_mib: stats.database_bytes as f64 / 1_048_576.0,
+            database_mib: stats.size_bytes.unwrap_or(0) as f64 / 1_048_576.0,
             peak_rss_mib: peak,
         });
         std::fs::remove_file(&data)?;

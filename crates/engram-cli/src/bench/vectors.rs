@@ -19,7 +19,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context as _, Result};
 use clap::Args;
-use engram_core::{Filter, Kind, MemoryStore, NewMemory, Scope, StoredVector, VectorHit};
+use engram_core::{BlockingMemoryStore, Filter, Kind, NewMemory, Scope, StoredVector, VectorHit};
 use engram_store_sqlite::{IndexBuild, SqliteStore, StoreOptions, VectorIndexOptions};
 use serde::{Deserialize, Serialize};
 

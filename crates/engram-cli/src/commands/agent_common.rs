@@ -20,8 +20,8 @@ use engram_agent::{
     ToolMode,
 };
 use engram_agent::{RunOutcome, RunState, StoredRunState, TurnHooks};
+use engram_core::{BlockingMemoryStore, Scope, ToolCall, ToolOutput, Usage};
 use engram_core::{ChatModel, Message, SystemClock};
-use engram_core::{MemoryStore, Scope, ToolCall, ToolOutput, Usage};
 use engram_llm::process_env;
 use engram_memory::session::{Session, SessionKey, SessionRecord};
 use engram_memory::working::{FitOutcome, ModelSummarizer, WorkingConfig};
@@ -99,7 +99,7 @@ pub fn prepare(ctx: &Context, args: &AgentArgs) -> Result<AgentSetup> {
     let user = default_user(&config, args.user.clone());
 
     let workspace = open_workspace(ctx, args, &config)?;
-    let store: Arc<dyn MemoryStore> = Arc::new(ctx.home.open_store()?);
+    let store: Arc<dyn BlockingMemoryStore> = Arc::new(ctx.home.open_store()?);
     let memory = NoteMemory {
         store,
         scope: Scope::user(user.clone()),
@@ -169,7 +169,7 @@ pub fn prepare_with_memory(
         status: Status::Usage,
         message: e.in_file(&setup.config.path).to_string(),
     })?;
-    let store: Arc<dyn MemoryStore> = Arc::new(ctx.home.open_store()?);
+    let store: Arc<dyn BlockingMemoryStore> = Arc::new(ctx.home.open_store()?);
     let searcher = Arc::new(super::retrieval::searcher(ctx, store.clone(), None)?);
     let manager = Arc::new(MemoryManager::new(
         store,

@@ -6,7 +6,7 @@ use std::path::Path;
 
 use anyhow::{Context as _, Result};
 use engram_core::{
-    AddOutcome, Importance, Kind, MemoryId, MemoryStore, NewMemory, Scope, StoreError,
+    AddOutcome, BlockingMemoryStore, Importance, Kind, MemoryId, NewMemory, Scope, StoreError,
 };
 use indicatif::{ProgressBar, ProgressStyle};
 use jiff::Timestamp;
@@ -169,7 +169,8 @@ pub fn import(ctx: &Context, args: ImportArgs) -> Result<Status> {
         let size = file.metadata().ok().map(|m| m.len());
         (Box::new(file), size)
     };
-    let store: std::sync::Arc<dyn MemoryStore> = std::sync::Arc::new(ctx.home.open_store()?);
+    let store: std::sync::Arc<dyn BlockingMemoryStore> =
+        std::sync::Arc::new(ctx.home.open_store()?);
     let progress = progress_bar(total);
     let batch_size = usize::try_from(args.batch_size).unwrap_or(20_000);
     let mut summary = import_reader(&*store, progress.wrap_read(reader), batch_size, &progress)
@@ -212,7 +213,7 @@ type ParsedBatch = Vec<(u64, Result<NewMemory, String>)>;
 /// Parsing runs on its own thread, one batch ahead of the writer, so reading JSON and writing
 /// SQLite overlap.
 pub fn import_reader(
-    store: &dyn MemoryStore,
+    store: &dyn BlockingMemoryStore,
     reader: impl Read + Send,
     batch_size: usize,
     progress: &ProgressBar,
@@ -275,7 +276,7 @@ pub fn import_reader(
 /// Stores one batch in one transaction. A failure of the whole batch (disk full, locked for too
 /// long) stops the import: earlier batches are committed, this one is not.
 fn flush(
-    store: &dyn MemoryStore,
+    store: &dyn BlockingMemoryStore,
     batch: &mut Vec<(u64, NewMemory)>,
     summary: &mut ImportSummary,
 ) -> Result<()> {
@@ -346,7 +347,7 @@ fn tempfile_in(dir: &Path) -> Result<tempfile::NamedTempFile> {
         .with_context(|| format!("cannot create a file in {}", dir.display()))
 }
 
-fn write_jsonl(store: &dyn MemoryStore, user: &str, out: &mut dyn Write) -> Result<u64> {
+fn write_jsonl(store: &dyn BlockingMemoryStore, user: &str, out: &mut dyn Write) -> Result<u64> {
     let mut write_error = None;
     let n = store.export(user, &mut |memory| {
         let line =

@@ -5,7 +5,7 @@ use std::io::{BufRead, IsTerminal, Write};
 
 use anyhow::Result;
 use engram_core::store::MemoryPatch;
-use engram_core::{AddOutcome, MemoryStore, NewMemory};
+use engram_core::{AddOutcome, BlockingMemoryStore, NewMemory};
 use serde_json::{Value, json};
 
 use super::{Context, filter_from, parse_cli_time, require_user, scope_from};
@@ -44,7 +44,8 @@ pub fn add(ctx: &Context, args: AddArgs) -> Result<Status> {
         memory.metadata.insert(entry.key, meta_value(&entry.value));
     }
     memory.validate().map_err(|e| usage(e.to_string()))?;
-    let store: std::sync::Arc<dyn MemoryStore> = std::sync::Arc::new(ctx.home.open_store()?);
+    let store: std::sync::Arc<dyn BlockingMemoryStore> =
+        std::sync::Arc::new(ctx.home.open_store()?);
     let embedder = super::retrieval::embedder(ctx)?;
     let outcome = super::retrieval::runtime()?.block_on(
         engram_memory::indexing::add_with_vector(&store, embedder.as_ref(), memory, "cli"),
@@ -189,12 +190,15 @@ pub fn stats(ctx: &Context) -> Result<Status> {
         output::json(&stats)?;
         return Ok(Status::Success);
     }
-    println!("database    {}", stats.path.display());
+    println!("database    {} ({})", stats.location, stats.engine);
     println!("schema      v{}", stats.schema_version);
-    println!(
-        "size        {:.1} MiB",
-        stats.database_bytes as f64 / 1048576.0
-    );
+    if let Some(bytes) = stats.size_bytes {
+        println!("size        {:.1} MiB", bytes as f64 / 1048576.0);
+    }
+    println!("dense       {}", stats.dense_search);
+    for (name, value) in &stats.details {
+        println!("{name:<12}{value}");
+    }
     println!("users       {}", stats.users);
     println!(
         "memories    {} ({} current, {} closed or expired)",

@@ -6,7 +6,7 @@ use std::sync::Arc;
 
 use anyhow::Result;
 use clap::{Args, Subcommand};
-use engram_core::MemoryStore;
+use engram_core::BlockingMemoryStore;
 use engram_core::time::parse_duration;
 use engram_llm::process_env;
 use engram_memory::maintenance::{self, CleanupReason, CleanupRule};
@@ -122,7 +122,7 @@ fn compact(ctx: &Context, args: CompactArgs) -> Result<Status> {
         status: Status::Usage,
         message: e.in_file(&config.path).to_string(),
     })?;
-    let store: Arc<dyn MemoryStore> = Arc::new(ctx.home.open_store()?);
+    let store: Arc<dyn BlockingMemoryStore> = Arc::new(ctx.home.open_store()?);
     let runtime = crate::commands::agent_common::runtime()?;
     let report = runtime.block_on(maintenance::compact_profile(
         store.as_ref(),

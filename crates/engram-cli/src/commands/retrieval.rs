@@ -5,7 +5,7 @@ use std::io::IsTerminal;
 use std::sync::Arc;
 
 use anyhow::{Context as _, Result};
-use engram_core::{Embedder, MemoryStore};
+use engram_core::{BlockingMemoryStore, Embedder};
 use engram_embed::EmbedConfig;
 use engram_embed::config::LEXICAL_ONLY_NOTICE;
 use engram_memory::indexing::embed_pending;
@@ -98,7 +98,7 @@ pub fn profile(ctx: &Context, flag: Option<&str>) -> Result<RankingProfile> {
 /// A searcher over `store` with the configured embedder and profile.
 pub fn searcher(
     ctx: &Context,
-    store: Arc<dyn MemoryStore>,
+    store: Arc<dyn BlockingMemoryStore>,
     profile_flag: Option<&str>,
 ) -> Result<Searcher> {
     Ok(Searcher::new(store)
@@ -110,7 +110,7 @@ pub fn searcher(
 /// bar; returns the model and how many texts were embedded (`None` without a model).
 pub fn embed_all_pending(
     ctx: &Context,
-    store: Arc<dyn MemoryStore>,
+    store: Arc<dyn BlockingMemoryStore>,
 ) -> Result<Option<(String, u64)>> {
     let Some(embedder) = embedder(ctx)? else {
         return Ok(None);
@@ -139,7 +139,7 @@ pub fn embed_all_pending(
 
 /// `engram reindex`: gives every stored text a vector from the configured model.
 pub fn reindex(ctx: &Context, _args: ReindexArgs) -> Result<Status> {
-    let store: Arc<dyn MemoryStore> = Arc::new(ctx.home.open_store()?);
+    let store: Arc<dyn BlockingMemoryStore> = Arc::new(ctx.home.open_store()?);
     let Some((model, embedded)) = embed_all_pending(ctx, store)? else {
         return Err(usage(
             "no embedding model is configured; set ENGRAM_EMBED_MODEL or [embed] in config.toml first",

@@ -5,7 +5,7 @@ use std::sync::Arc;
 
 use anyhow::{Context as _, Result};
 use clap::Args;
-use engram_core::MemoryStore;
+use engram_core::BlockingMemoryStore;
 use engram_llm::process_env;
 use engram_server::config::{DEFAULT_LISTEN, ServerSettings, parse_listen};
 use engram_server::service::Extraction;
@@ -69,7 +69,7 @@ pub fn server_settings(ctx: &Context) -> Result<ServerSettings> {
 pub fn open_stores(ctx: &Context) -> Result<Stores> {
     let store = Arc::new(ctx.home.open_store()?);
     let path = ctx.home.database_path();
-    let memories: Arc<dyn MemoryStore> = store;
+    let memories: Arc<dyn BlockingMemoryStore> = store;
     let searcher = retrieval::searcher(ctx, memories.clone(), None)?;
     Ok(Stores {
         memories,

@@ -154,6 +154,18 @@ impl VectorIndexes {
         }
     }
 
+    /// How dense search runs, for `engram stats`: through the in-process HNSW for scopes
+    /// beyond the exact threshold, unless this handle never builds one.
+    pub fn mode(&self) -> String {
+        match self.options.build {
+            IndexBuild::Never => "exact".to_string(),
+            _ => format!(
+                "hnsw (in-process) beyond {} memories in scope, exact below",
+                self.exact_max_scope.load(Ordering::Relaxed)
+            ),
+        }
+    }
+
     /// Changes the exact/approximate threshold and the search list length from now on.
     pub fn tune(&self, exact_max_scope: usize, ef_search: usize) {
         self.exact_max_scope
