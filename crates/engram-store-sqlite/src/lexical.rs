@@ -2,31 +2,13 @@
 //!
 //! SQLite's built-in `bm25()` takes its document count and average length from the whole table,
 //! so with many users a word common in one user's memories still looks rare. engram instead reads
-//! term positions from the index (`fts5vocab`, per-user terms — see fts.rs) and scores here with
-//! the user's own statistics: the user's document count, average length and document frequency.
+//! term positions from the index (`fts5vocab`, per-user terms — see fts.rs) and scores them with
+//! the user's own statistics (document count, average length, document frequency) through
+//! `engram_text::bm25`, the scoring every engine shares.
 
 use std::collections::HashMap;
 
-/// BM25 term-frequency saturation.
-pub(crate) const K1: f64 = 1.2;
-/// BM25 length normalisation.
-pub(crate) const B: f64 = 0.75;
-
-/// Inverse document frequency, always positive (the Lucene form, so a word in most of a user's
-/// memories still counts a little instead of going negative).
-pub(crate) fn idf(documents: f64, frequency: f64) -> f64 {
-    (1.0 + (documents - frequency + 0.5) / (frequency + 0.5)).ln()
-}
-
-/// One term's contribution to a document's score.
-pub(crate) fn term_score(idf: f64, tf: f64, length: f64, average_length: f64) -> f64 {
-    let norm = if average_length > 0.0 {
-        1.0 - B + B * length / average_length
-    } else {
-        1.0
-    };
-    idf * tf * (K1 + 1.0) / (tf + K1 * norm)
-}
+pub(crate) use engram_text::bm25::{idf, term_score};
 
 /// Per-document counts from a stream of document ids in which each document's occurrences
 /// are consecutive (as an index lists them), sorted by document.
@@ -116,24 +98,7 @@ mod tests {
         assert_eq!(f.get(&2), None);
     }
 
-    #[test]
-    fn rarer_words_and_shorter_documents_score_higher() {
-        assert!(idf(100.0, 2.0) > idf(100.0, 50.0));
-        assert!(idf(100.0, 100.0) > 0.0);
-        let i = idf(100.0, 5.0);
-        assert!(term_score(i, 1.0, 5.0, 10.0) > term_score(i, 1.0, 20.0, 10.0));
-        assert!(term_score(i, 3.0, 10.0, 10.0) > term_score(i, 1.0, 10.0, 10.0));
-    }
-
     proptest! {
-        #[test]
-        fn scores_are_positive_and_saturate(tf in 1.0f64..1000.0, len in 1.0f64..500.0, avg in 1.0f64..100.0, n in 1.0f64..10_000.0) {
-            let df = (n / 3.0).max(1.0);
-            let s = term_score(idf(n, df), tf, len, avg);
-            prop_assert!(s > 0.0);
-            prop_assert!(s <= idf(n, df) * (K1 + 1.0) + 1e-9);
-        }
-
         #[test]
         fn counted_runs_are_the_occurrences_per_document(
             mut docs in proptest::collection::vec(0i64..20, 0..60),

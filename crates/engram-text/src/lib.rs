@@ -10,6 +10,8 @@
 //! extraction's grounding check compares the same terms. Whatever changes what is indexed must
 //! bump [`ANALYZER_VERSION`], so stores re-index.
 
+pub mod bm25;
+
 use std::sync::OnceLock;
 
 use rust_stemmers::{Algorithm, Stemmer};

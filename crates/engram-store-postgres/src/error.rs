@@ -1,0 +1,146 @@
+//! Translating the driver's and the pool's failures into [`StoreError`]s a person can act on,
+//! each one line that names the database (never its password).
+
+use std::time::Duration;
+
+use engram_core::StoreError;
+use tokio_postgres::config::Host;
+use tokio_postgres::error::SqlState;
+
+/// A one-line description of where a connection URL points, without its password:
+/// `database engram on db.example.com:5432 as user engram`.
+pub fn describe_url(url: &str) -> String {
+    match url.parse::<tokio_postgres::Config>() {
+        Ok(config) => describe_config(&config),
+        Err(_) => "an unreadable PostgreSQL URL".to_string(),
+    }
+}
+
+pub(crate) fn describe_config(config: &tokio_postgres::Config) -> String {
+    let ports = config.get_ports();
+    let hosts: Vec<String> = config
+        .get_hosts()
+        .iter()
+        .enumerate()
+        .map(|(i, host)| {
+            let port = ports.get(i).or(ports.first()).copied().unwrap_or(5432);
+            match host {
+                Host::Tcp(name) => format!("{name}:{port}"),
+                Host::Unix(dir) => format!("{}/.s.PGSQL.{port}", dir.display()),
+            }
+        })
+        .collect();
+    let hosts = if hosts.is_empty() {
+        "localhost:5432".to_string()
+    } else {
+        hosts.join(",")
+    };
+    let user = config.get_user().unwrap_or("(default user)");
+    let database = config.get_dbname().unwrap_or(user);
+    format!("database {database} on {hosts} as user {user}")
+}
+
+/// Maps a driver error on the database described by `location` to a store error.
+pub(crate) fn from_pg(err: &tokio_postgres::Error, location: &str) -> StoreError {
+    if let Some(db) = err.as_db_error() {
+        let code = db.code();
+        let message = db.message();
+        if *code == SqlState::DISK_FULL || *code == SqlState::OUT_OF_MEMORY {
+            return StoreError::DiskFull;
+        }
+        if *code == SqlState::INVALID_PASSWORD
+            || *code == SqlState::INVALID_AUTHORIZATION_SPECIFICATION
+        {
+            return StoreError::Backend(format!(
+                "PostgreSQL refused the login ({location}): {message}"
+            ));
+        }
+        if *code == SqlState::INVALID_CATALOG_NAME {
+            return StoreError::Backend(format!(
+                "{location}: the database does not exist; create it first (createdb)"
+            ));
+        }
+        if *code == SqlState::INSUFFICIENT_PRIVILEGE || *code == SqlState::READ_ONLY_SQL_TRANSACTION
+        {
+            return StoreError::Backend(format!("cannot write to {location}: {message}"));
+        }
+        if *code == SqlState::T_R_DEADLOCK_DETECTED
+            || *code == SqlState::T_R_SERIALIZATION_FAILURE
+            || *code == SqlState::LOCK_NOT_AVAILABLE
+        {
+            return StoreError::Backend(format!(
+                "{location} was busy with another process's change ({message}); try again"
+            ));
+        }
+        let class = code.code().get(..2).unwrap_or("");
+        // 08: connection exception, 57: operator intervention (shutdown, restart), 53: resources.
+        if matches!(class, "08" | "57" | "53") {
+            return unavailable(location, message);
+        }
+        return StoreError::Backend(format!("PostgreSQL ({location}): {message}"));
+    }
+    if err.is_closed() {
+        return unavailable(location, "the connection was closed");
+    }
+    // Errors without a server message: the connection could not be made or broke.
+    let mut detail = err.to_string();
+    let mut source = std::error::Error::source(err);
+    while let Some(inner) = source {
+        detail = inner.to_string();
+        source = inner.source();
+    }
+    unavailable(location, &detail)
+}
+
+fn unavailable(location: &str, detail: &str) -> StoreError {
+    StoreError::Backend(format!(
+        "cannot reach PostgreSQL ({location}): {detail}; is the server running?"
+    ))
+}
+
+/// Maps a pool error (no connection could be had) to a store error.
+pub(crate) fn from_pool(
+    err: deadpool_postgres::PoolError,
+    location: &str,
+    max_size: usize,
+    wait: Duration,
+) -> StoreError {
+    use deadpool_postgres::PoolError;
+    match err {
+        PoolError::Timeout(deadpool_postgres::TimeoutType::Wait) => StoreError::Backend(format!(
+            "all {max_size} connections to {location} stayed busy for {} s; raise the pool size \
+             (ENGRAM_DATABASE_POOL_SIZE) or try again",
+            wait.as_secs_f64()
+        )),
+        PoolError::Timeout(_) => unavailable(location, "connecting timed out"),
+        PoolError::Backend(e) => from_pg(&e, location),
+        PoolError::Closed => StoreError::Backend("the database connection pool is closed".into()),
+        PoolError::NoRuntimeSpecified => {
+            StoreError::Backend("the database pool has no async runtime".into())
+        }
+        PoolError::PostCreateHook(e) => StoreError::Backend(format!(
+            "a new connection to {location} could not be set up: {e}"
+        )),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn urls_are_described_without_their_password() {
+        let text = describe_url("postgres://engram:s3cret@db.example.com:6543/memory");
+        assert_eq!(
+            text,
+            "database memory on db.example.com:6543 as user engram"
+        );
+        assert!(!text.contains("s3cret"));
+        let socket = describe_url("postgresql://postgres@%2Frun%2Fpg/postgres");
+        assert_eq!(
+            socket,
+            "database postgres on /run/pg/.s.PGSQL.5432 as user postgres"
+        );
+        assert_eq!(describe_url("mysql://x"), "an unreadable PostgreSQL URL");
+    }
+}

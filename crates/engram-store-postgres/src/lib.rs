@@ -1,0 +1,25 @@
+//! engram's shared storage engine: everything engram keeps, in one PostgreSQL database, so that
+//! several `engram serve` and `engram gateway` processes on several machines work as one.
+//!
+//! - **Driver.** tokio-postgres with a deadpool pool: async all the way (no blocking thread per
+//!   call), statements prepared once per connection, queries pipelined, binary `COPY` for bulk
+//!   imports, and `LISTEN`/`NOTIFY` for news from other processes.
+//! - **Schema.** Versioned migrations, each applied once inside one transaction under an
+//!   advisory lock (see [`schema`]); a database written by a newer engram, or one that holds
+//!   some other program's tables, is refused with its own message and left untouched.
+//! - **Lexical search.** The same analysis as the SQLite engine (engram-text) into a postings
+//!   table keyed by user, scored with the same BM25 from each user's own statistics
+//!   (engram_text::bm25), so both engines return the same memories with the same scores.
+//! - **Dense search.** pgvector's HNSW index when the `vector` extension can be used, exact
+//!   search otherwise; [`PgStore::dense_search`] says which.
+
+mod error;
+mod lexical;
+mod memories;
+mod rows;
+pub mod schema;
+mod store;
+mod vectors;
+
+pub use error::describe_url;
+pub use store::{DenseSearch, DenseSearchCounts, PgOptions, PgStore};

@@ -1,0 +1,124 @@
+//! The database schema and its migrations.
+//!
+//! engram's tables live in the connection's current schema (`public` unless the URL's
+//! `options=-csearch_path=...` names another, so one database can hold several stores). The
+//! table `engram_schema` says that the schema is engram's and how far its migrations have come.
+//! Migrations run at open, each once, in order, in one transaction under an advisory lock, so
+//! two processes opening a new database at once do not both migrate it and a failure leaves
+//! nothing half-done. A schema whose version is newer than this build knows, or that holds
+//! tables but no `engram_schema`, is refused and left untouched.
+//!
+//! Times are microseconds since the Unix epoch in `bigint` columns, as in the SQLite engine, so
+//! a store copied between the engines keeps every time exactly (jiff's range is wider than
+//! `timestamptz`'s). Metadata is `json` (its text kept as given, keys in their order), not
+//! `jsonb` (which reorders keys).
+
+/// What `engram_schema.application` says in an engram schema.
+pub const APPLICATION: &str = "engram";
+
+/// Key of the advisory lock held while a schema is migrated (ASCII "engrmigr").
+pub(crate) const MIGRATION_LOCK: i64 = 0x656e_6772_6d69_6772;
+
+/// The migrations, in order; migration `i` brings the schema to version `i + 1`.
+pub const MIGRATIONS: &[&str] = &[
+    // 1: everything engram keeps.
+    r#"
+    CREATE TABLE engram_meta (
+        key   text PRIMARY KEY,
+        value text NOT NULL
+    );
+
+    -- `doc` numbers memories in the order they were stored (the SQLite engine's rowid): the
+    -- postings refer to it, and it breaks ties between equal times.
+    CREATE SEQUENCE memories_doc_seq;
+    CREATE TABLE memories (
+        doc          bigint   PRIMARY KEY,
+        id           uuid     NOT NULL UNIQUE,
+        user_id      text     NOT NULL,
+        agent_id     text,
+        session_id   text,
+        kind         text     NOT NULL
+                     CHECK (kind IN ('episode', 'fact', 'preference', 'note', 'summary')),
+        text         text     NOT NULL,
+        category     text,
+        importance   smallint NOT NULL CHECK (importance BETWEEN 1 AND 5),
+        metadata     json     NOT NULL,
+        created_at   bigint   NOT NULL,
+        updated_at   bigint   NOT NULL,
+        valid_from   bigint   NOT NULL,
+        valid_to     bigint,
+        expires_at   bigint,
+        source       text     NOT NULL,
+        content_hash text     NOT NULL,
+        body_terms   integer  NOT NULL
+    );
+    ALTER SEQUENCE memories_doc_seq OWNED BY memories.doc;
+    -- Finds every memory of a text (for its vectors) and keeps a text once per scope among
+    -- current memories: the second key is 0 for a current memory and NULL for a closed one,
+    -- and NULLs never collide in a unique index.
+    CREATE UNIQUE INDEX memories_hash ON memories
+        (content_hash, (CASE WHEN valid_to IS NULL THEN 0 END));
+    CREATE INDEX memories_user_created ON memories (user_id, created_at);
+    CREATE INDEX memories_user_kind_created ON memories (user_id, kind, created_at);
+    CREATE INDEX memories_session_order ON memories (user_id, session_id, created_at)
+        WHERE session_id IS NOT NULL;
+
+    CREATE TABLE history (
+        seq       bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+        memory_id uuid   NOT NULL,
+        user_id   text   NOT NULL,
+        event     text   NOT NULL CHECK (event IN ('add', 'update', 'invalidate', 'delete')),
+        old_text  text,
+        new_text  text,
+        actor     text   NOT NULL,
+        at        bigint NOT NULL
+    );
+    CREATE INDEX history_memory ON history (memory_id, seq);
+    CREATE INDEX history_user ON history (user_id);
+
+    -- Lexical search (see lexical.rs): each user's statistics and a short key for their
+    -- postings; the row is also the lock that orders one user's writes.
+    CREATE TABLE lexical_users (
+        user_key integer GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+        user_id  text    NOT NULL UNIQUE,
+        docs     bigint  NOT NULL,
+        terms    bigint  NOT NULL
+    );
+    -- One row per user, analysed term and memory: how often the term occurs in the memory's
+    -- indexed body.
+    CREATE TABLE postings (
+        user_key integer NOT NULL,
+        term     text    NOT NULL,
+        doc      bigint  NOT NULL,
+        tf       integer NOT NULL,
+        PRIMARY KEY (user_key, term, doc)
+    );
+    -- Each memory's indexed body (its analysed terms, space-separated), to take its postings
+    -- out again exactly and to match phrases.
+    CREATE TABLE lexical_bodies (
+        doc   bigint PRIMARY KEY,
+        terms text   NOT NULL
+    );
+
+    -- Dense vectors, one per model and content hash. `vector` is bytea (little-endian f32, as in
+    -- the SQLite engine) until pgvector can be used, then pgvector's type (see store.rs).
+    CREATE TABLE embedding_models (
+        model      text    PRIMARY KEY,
+        dimension  integer NOT NULL CHECK (dimension > 0),
+        created_at bigint  NOT NULL
+    );
+    CREATE TABLE embeddings (
+        id           bigint  GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+        model        text    NOT NULL REFERENCES embedding_models (model),
+        content_hash text    NOT NULL,
+        vector       bytea   NOT NULL,
+        truncated    boolean NOT NULL DEFAULT false,
+        UNIQUE (model, content_hash)
+    );
+    "#,
+];
+
+/// The schema version this build writes.
+pub fn latest_version() -> u32 {
+    MIGRATIONS.len() as u32
+}

@@ -1,0 +1,356 @@
+//! [`PgStore`]: opening a PostgreSQL database, migrating it, and the connection pool.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
+
+use deadpool_postgres::{Manager, ManagerConfig, Pool, RecyclingMethod, Runtime};
+use engram_core::{Clock, StoreError, SystemClock};
+use jiff::Timestamp;
+use tokio_postgres::NoTls;
+
+use crate::error::{describe_config, from_pg, from_pool};
+use crate::schema::{APPLICATION, MIGRATION_LOCK, MIGRATIONS, latest_version};
+
+/// How a PostgreSQL store is opened.
+#[derive(Debug, Clone)]
+pub struct PgOptions {
+    /// Connections kept open at most (each process has its own pool).
+    pub pool_size: usize,
+    /// How long a caller waits for a free connection before giving up.
+    pub acquire_timeout: Duration,
+    /// How long making a new connection may take (when the URL sets no `connect_timeout`).
+    pub connect_timeout: Duration,
+    /// Where "now" comes from.
+    pub clock: Arc<dyn Clock>,
+    /// Up to how many of a user's memories dense search is exact (every vector in the scope
+    /// scored); larger scopes use pgvector's HNSW index when there is one.
+    pub exact_max_scope: u64,
+    /// Length of the HNSW search's candidate list (`hnsw.ef_search`) for large scopes.
+    pub ef_search: usize,
+}
+
+impl Default for PgOptions {
+    fn default() -> Self {
+        Self {
+            pool_size: 16,
+            acquire_timeout: Duration::from_secs(10),
+            connect_timeout: Duration::from_secs(5),
+            clock: Arc::new(SystemClock),
+            exact_max_scope: 20_000,
+            ef_search: 256,
+        }
+    }
+}
+
+/// How dense (vector) search is done in this database.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum DenseSearch {
+    /// Vectors in pgvector's type, searched through an HNSW index per model for large scopes.
+    Pgvector {
+        /// The installed version of the extension.
+        version: String,
+    },
+    /// Vectors as bytes, every vector in the scope scored (no pgvector in this server, or not
+    /// allowed to install it); the reason says which.
+    Exact {
+        /// Why pgvector is not used.
+        reason: String,
+    },
+}
+
+impl DenseSearch {
+    /// How `engram stats` names it.
+    pub fn describe(&self) -> String {
+        match self {
+            DenseSearch::Pgvector { version } => format!("pgvector {version} (hnsw)"),
+            DenseSearch::Exact { reason } => format!("exact ({reason})"),
+        }
+    }
+
+    pub(crate) fn is_pgvector(&self) -> bool {
+        matches!(self, DenseSearch::Pgvector { .. })
+    }
+}
+
+/// How many dense searches took each path since a store was opened.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct DenseSearchCounts {
+    /// Exact, every vector in the scope scored by the server (pgvector).
+    pub exact_in_server: u64,
+    /// Exact, every vector in the scope scored here (no pgvector).
+    pub exact_in_engram: u64,
+    /// Through the model's HNSW index.
+    pub hnsw: u64,
+    /// Tried the HNSW index, found too few within the filter, then searched exactly.
+    pub hnsw_then_exact: u64,
+}
+
+#[derive(Debug, Default)]
+pub(crate) struct Counters {
+    pub exact_in_server: AtomicU64,
+    pub exact_in_engram: AtomicU64,
+    pub hnsw: AtomicU64,
+    pub hnsw_then_exact: AtomicU64,
+}
+
+impl Counters {
+    pub(crate) fn count(counter: &AtomicU64) {
+        counter.fetch_add(1, Ordering::Relaxed);
+    }
+}
+
+/// Memories, their history and search indexes in a PostgreSQL database shared by any number of
+/// engram processes.
+pub struct PgStore {
+    pub(crate) pool: Pool,
+    pub(crate) options: PgOptions,
+    /// Where the database is, for messages (no password).
+    pub(crate) location: String,
+    pub(crate) dense: DenseSearch,
+    pub(crate) counters: Counters,
+}
+
+impl std::fmt::Debug for PgStore {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("PgStore")
+            .field("location", &self.location)
+            .field("dense", &self.dense)
+            .finish_non_exhaustive()
+    }
+}
+
+/// A pooled connection.
+pub(crate) type Client = deadpool_postgres::Object;
+
+impl PgStore {
+    /// Opens the database at `url` (`postgres://user:password@host:port/database`), creating
+    /// engram's tables or migrating them to this build's schema.
+    pub async fn open(url: &str, options: PgOptions) -> Result<Self, StoreError> {
+        let mut config: tokio_postgres::Config = url.parse().map_err(|e| {
+            StoreError::Backend(format!("the database URL is not a PostgreSQL URL: {e}"))
+        })?;
+        if config.get_connect_timeout().is_none() {
+            config.connect_timeout(options.connect_timeout);
+        }
+        if config.get_application_name().is_none() {
+            config.application_name("engram");
+        }
+        let location = describe_config(&config);
+        let manager = Manager::from_config(
+            config,
+            NoTls,
+            ManagerConfig {
+                recycling_method: RecyclingMethod::Fast,
+            },
+        );
+        let pool = Pool::builder(manager)
+            .max_size(options.pool_size.max(1))
+            .runtime(Runtime::Tokio1)
+            .wait_timeout(Some(options.acquire_timeout))
+            .create_timeout(Some(options.connect_timeout))
+            .recycle_timeout(Some(options.connect_timeout))
+            .build()
+            .map_err(|e| StoreError::Backend(format!("cannot set up the connection pool: {e}")))?;
+        let mut store = Self {
+            pool,
+            options,
+            location,
+            dense: DenseSearch::Exact {
+                reason: "not yet known".into(),
+            },
+            counters: Counters::default(),
+        };
+        let mut client = store.client().await?;
+        store.dense = migrate(&mut client, &store.location).await?;
+        Ok(store)
+    }
+
+    /// Where the database is, without the password.
+    pub fn location(&self) -> &str {
+        &self.location
+    }
+
+    /// How dense search is done here.
+    pub fn dense_search(&self) -> &DenseSearch {
+        &self.dense
+    }
+
+    /// How many dense searches took each path since this store was opened.
+    pub fn dense_search_counts(&self) -> DenseSearchCounts {
+        let c = &self.counters;
+        DenseSearchCounts {
+            exact_in_server: c.exact_in_server.load(Ordering::Relaxed),
+            exact_in_engram: c.exact_in_engram.load(Ordering::Relaxed),
+            hnsw: c.hnsw.load(Ordering::Relaxed),
+            hnsw_then_exact: c.hnsw_then_exact.load(Ordering::Relaxed),
+        }
+    }
+
+    /// The clock this store stamps changes with.
+    pub fn clock(&self) -> &Arc<dyn Clock> {
+        &self.options.clock
+    }
+
+    pub(crate) fn now(&self) -> Timestamp {
+        engram_core::time::truncate_to_micros(self.options.clock.now())
+    }
+
+    pub(crate) fn err(&self, e: tokio_postgres::Error) -> StoreError {
+        from_pg(&e, &self.location)
+    }
+
+    /// A connection from the pool.
+    pub(crate) async fn client(&self) -> Result<Client, StoreError> {
+        self.pool.get().await.map_err(|e| {
+            from_pool(
+                e,
+                &self.location,
+                self.options.pool_size,
+                self.options.acquire_timeout,
+            )
+        })
+    }
+}
+
+/// What the current schema holds.
+struct Identity {
+    /// `engram_schema`'s application and version, when the table exists.
+    engram: Option<(String, u32)>,
+    /// Tables, views and sequences in the schema.
+    relations: i64,
+    /// The schema's name.
+    schema: String,
+}
+
+async fn identity(
+    client: &impl tokio_postgres::GenericClient,
+    location: &str,
+) -> Result<Identity, StoreError> {
+    let row = client
+        .query_one(
+            "SELECT current_schema(), \
+             (SELECT count(*) FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace \
+              WHERE n.nspname = current_schema() AND c.relkind IN ('r', 'v', 'm', 'p', 'f', 'S')), \
+             to_regclass(format('%I.engram_schema', current_schema())) IS NOT NULL",
+            &[],
+        )
+        .await
+        .map_err(|e| from_pg(&e, location))?;
+    let schema: Option<String> = row.get(0);
+    let Some(schema) = schema else {
+        return Err(StoreError::Backend(format!(
+            "{location} has no schema to create engram's tables in (the search_path names none \
+             that exists)"
+        )));
+    };
+    let engram = if row.get::<_, bool>(2) {
+        let found = client
+            .query_opt(
+                "SELECT application, version FROM engram_schema LIMIT 1",
+                &[],
+            )
+            .await
+            .map_err(|e| from_pg(&e, location))?;
+        match found {
+            Some(r) => Some((r.get(0), u32::try_from(r.get::<_, i32>(1)).unwrap_or(0))),
+            None => Some((String::new(), 0)),
+        }
+    } else {
+        None
+    };
+    Ok(Identity {
+        engram,
+        relations: row.get(1),
+        schema,
+    })
+}
+
+/// Refuses schemas that are not engram's, or are newer than this build.
+fn check_identity(identity: &Identity, location: &str) -> Result<(), StoreError> {
+    match &identity.engram {
+        None if identity.relations > 0 => Err(StoreError::Backend(format!(
+            "{location} is not an engram database: schema {} holds {} other tables; point \
+             ENGRAM_DATABASE_URL at an empty database (or another schema)",
+            identity.schema, identity.relations
+        ))),
+        Some((application, _)) if application != APPLICATION => Err(StoreError::Backend(format!(
+            "{location} is not an engram database: its engram_schema table names \
+                 '{application}'"
+        ))),
+        Some((_, version)) if *version > latest_version() => Err(StoreError::Backend(format!(
+            "{location} was written by a newer engram (schema version {version}, this build \
+             knows up to {}); upgrade engram to open it",
+            latest_version()
+        ))),
+        _ => Ok(()),
+    }
+}
+
+/// Brings the schema to the current version and settles how dense search is done, or explains
+/// why it cannot. Nothing is written to a schema that turns out not to be engram's.
+async fn migrate(client: &mut Client, location: &str) -> Result<DenseSearch, StoreError> {
+    let map = |e: tokio_postgres::Error| from_pg(&e, location);
+    let found = identity(&***client, location).await?;
+    check_identity(&found, location)?;
+    if found
+        .engram
+        .as_ref()
+        .is_some_and(|(_, v)| *v == latest_version())
+        && let Some(dense) = settled_dense_search(&***client, location).await?
+    {
+        // The common case: nothing to do, and no lock taken.
+        return Ok(dense);
+    }
+    let tx = client.transaction().await.map_err(map)?;
+    tx.execute("SELECT pg_advisory_xact_lock($1)", &[&MIGRATION_LOCK])
+        .await
+        .map_err(map)?;
+    // Read again under the lock: another process may have migrated while we waited.
+    let found = identity(&*tx, location).await?;
+    check_identity(&found, location)?;
+    let from = match &found.engram {
+        Some((_, version)) => *version,
+        None => {
+            tx.batch_execute(
+                "CREATE TABLE engram_schema (\
+                     application text    NOT NULL, \
+                     version     integer NOT NULL\
+                 )",
+            )
+            .await
+            .map_err(map)?;
+            tx.execute(
+                "INSERT INTO engram_schema (application, version) VALUES ($1, 0)",
+                &[&APPLICATION],
+            )
+            .await
+            .map_err(map)?;
+            0
+        }
+    };
+    for (index, sql) in MIGRATIONS.iter().enumerate().skip(from as usize) {
+        tx.batch_execute(sql).await.map_err(map)?;
+        let version = index as i32 + 1;
+        tx.execute("UPDATE engram_schema SET version = $1", &[&version])
+            .await
+            .map_err(map)?;
+    }
+    crate::lexical::check_analyzer(&tx, location).await?;
+    let dense = crate::vectors::settle_dense_search(&tx, location).await?;
+    tx.commit().await.map_err(map)?;
+    Ok(dense)
+}
+
+/// How dense search is done, when that is settled and nothing would change it now: pgvector is
+/// in use, or it is not and the server cannot offer it. `None` when the migration step must look
+/// (under its lock).
+async fn settled_dense_search(
+    client: &impl tokio_postgres::GenericClient,
+    location: &str,
+) -> Result<Option<DenseSearch>, StoreError> {
+    if !crate::lexical::analyzer_is_current(client, location).await? {
+        return Ok(None);
+    }
+    crate::vectors::current_dense_search(client, location).await
+}
