@@ -56,13 +56,17 @@ pub(crate) fn from_pg(err: &tokio_postgres::Error, location: &str) -> StoreError
             ));
         }
         if *code == SqlState::INVALID_CATALOG_NAME {
-            return StoreError::Backend(format!(
-                "{location}: the database does not exist; create it first (createdb)"
-            ));
+            return StoreError::Unavailable {
+                location: location.to_string(),
+                detail: "the database does not exist; create it first (createdb)".to_string(),
+            };
         }
         if *code == SqlState::INSUFFICIENT_PRIVILEGE || *code == SqlState::READ_ONLY_SQL_TRANSACTION
         {
-            return StoreError::Backend(format!("cannot write to {location}: {message}"));
+            return StoreError::ReadOnly {
+                location: location.to_string(),
+                detail: message.to_string(),
+            };
         }
         if *code == SqlState::T_R_DEADLOCK_DETECTED
             || *code == SqlState::T_R_SERIALIZATION_FAILURE
@@ -93,9 +97,10 @@ pub(crate) fn from_pg(err: &tokio_postgres::Error, location: &str) -> StoreError
 }
 
 fn unavailable(location: &str, detail: &str) -> StoreError {
-    StoreError::Backend(format!(
-        "cannot reach PostgreSQL ({location}): {detail}; is the server running?"
-    ))
+    StoreError::Unavailable {
+        location: location.to_string(),
+        detail: detail.to_string(),
+    }
 }
 
 /// Maps a pool error (no connection could be had) to a store error.
@@ -107,12 +112,17 @@ pub(crate) fn from_pool(
 ) -> StoreError {
     use deadpool_postgres::PoolError;
     match err {
-        PoolError::Timeout(deadpool_postgres::TimeoutType::Wait) => StoreError::Backend(format!(
-            "all {max_size} connections to {location} stayed busy for {} s; raise the pool size \
-             (ENGRAM_DATABASE_POOL_SIZE) or try again",
-            wait.as_secs_f64()
-        )),
-        PoolError::Timeout(_) => unavailable(location, "connecting timed out"),
+        PoolError::Timeout(deadpool_postgres::TimeoutType::Wait) => unavailable(
+            location,
+            &format!(
+                "all {max_size} connections of this process stayed busy for {} s (raise \
+                 ENGRAM_DATABASE_POOL_SIZE, or try again)",
+                wait.as_secs_f64()
+            ),
+        ),
+        PoolError::Timeout(_) => {
+            unavailable(location, "connecting timed out; is the server running?")
+        }
         PoolError::Backend(e) => from_pg(&e, location),
         PoolError::Closed => StoreError::Backend("the database connection pool is closed".into()),
         PoolError::NoRuntimeSpecified => {

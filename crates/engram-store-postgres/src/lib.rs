@@ -16,10 +16,14 @@
 mod error;
 mod lexical;
 mod memories;
+mod memory_store;
 mod rows;
 pub mod schema;
 mod store;
 mod vectors;
 
 pub use error::describe_url;
-pub use store::{DenseSearch, DenseSearchCounts, PgOptions, PgStore};
+pub use store::{DenseSearch, PgOptions, PgStore};
+
+/// The engine's name in statistics and messages.
+pub const ENGINE: &str = "postgresql";

@@ -9,12 +9,11 @@
 
 use std::collections::{HashMap, HashSet};
 
-use engram_core::store::{LexicalHit, MemoryPatch};
+use engram_core::store::{ExportCursor, LexicalHit, MemoryPatch};
 use engram_core::{
     AddOutcome, Filter, HistoryEvent, HistoryKind, Kind, Memory, MemoryId, NewMemory, StoreError,
     StoreStats, content_hash,
 };
-use futures::TryStreamExt;
 use jiff::Timestamp;
 use tokio_postgres::binary_copy::BinaryCopyInWriter;
 use tokio_postgres::types::Type;
@@ -64,7 +63,11 @@ fn prepare(new: NewMemory, now: Timestamp) -> Result<Memory, StoreError> {
 
 impl PgStore {
     /// See [`engram_core::MemoryStore::add`].
-    pub async fn add(&self, memory: NewMemory, actor: &str) -> Result<AddOutcome, StoreError> {
+    pub(crate) async fn add(
+        &self,
+        memory: NewMemory,
+        actor: &str,
+    ) -> Result<AddOutcome, StoreError> {
         let mut outcomes = self.add_many(vec![memory], actor).await?;
         outcomes
             .pop()
@@ -72,7 +75,7 @@ impl PgStore {
     }
 
     /// See [`engram_core::MemoryStore::add_many`].
-    pub async fn add_many(
+    pub(crate) async fn add_many(
         &self,
         memories: Vec<NewMemory>,
         actor: &str,
@@ -325,7 +328,7 @@ impl PgStore {
     }
 
     /// See [`engram_core::MemoryStore::get`].
-    pub async fn get(&self, id: MemoryId) -> Result<Memory, StoreError> {
+    pub(crate) async fn get(&self, id: MemoryId) -> Result<Memory, StoreError> {
         let client = self.client().await?;
         self.get_in(&client, id, false).await.map(|(_, m)| m)
     }
@@ -377,7 +380,7 @@ impl PgStore {
     }
 
     /// See [`engram_core::MemoryStore::update`].
-    pub async fn update(
+    pub(crate) async fn update(
         &self,
         id: MemoryId,
         patch: MemoryPatch,
@@ -507,7 +510,7 @@ impl PgStore {
     }
 
     /// See [`engram_core::MemoryStore::invalidate`].
-    pub async fn invalidate(&self, id: MemoryId, actor: &str) -> Result<Memory, StoreError> {
+    pub(crate) async fn invalidate(&self, id: MemoryId, actor: &str) -> Result<Memory, StoreError> {
         let now = self.now();
         let map = |e: tokio_postgres::Error| self.err(e);
         let mut client = self.client().await?;
@@ -540,7 +543,7 @@ impl PgStore {
     }
 
     /// See [`engram_core::MemoryStore::delete`].
-    pub async fn delete(&self, id: MemoryId, actor: &str) -> Result<Memory, StoreError> {
+    pub(crate) async fn delete(&self, id: MemoryId, actor: &str) -> Result<Memory, StoreError> {
         let now = self.now();
         let map = |e: tokio_postgres::Error| self.err(e);
         let mut client = self.client().await?;
@@ -572,7 +575,7 @@ impl PgStore {
     }
 
     /// See [`engram_core::MemoryStore::history`].
-    pub async fn history(&self, id: MemoryId) -> Result<Vec<HistoryEvent>, StoreError> {
+    pub(crate) async fn history(&self, id: MemoryId) -> Result<Vec<HistoryEvent>, StoreError> {
         let client = self.client().await?;
         let statement = client
             .prepare_cached(
@@ -606,7 +609,7 @@ impl PgStore {
     }
 
     /// See [`engram_core::MemoryStore::list`].
-    pub async fn list(
+    pub(crate) async fn list(
         &self,
         filter: &Filter,
         limit: usize,
@@ -632,7 +635,7 @@ impl PgStore {
     }
 
     /// See [`engram_core::MemoryStore::count`].
-    pub async fn count(&self, filter: &Filter) -> Result<u64, StoreError> {
+    pub(crate) async fn count(&self, filter: &Filter) -> Result<u64, StoreError> {
         let mut params = Params::default();
         let conditions = filter_sql(filter, self.now(), &mut params)?;
         let sql = format!("SELECT count(*) FROM memories m WHERE {conditions}");
@@ -646,7 +649,7 @@ impl PgStore {
     }
 
     /// See [`engram_core::MemoryStore::search_lexical`].
-    pub async fn search_lexical(
+    pub(crate) async fn search_lexical(
         &self,
         filter: &Filter,
         query: &str,
@@ -657,7 +660,7 @@ impl PgStore {
     }
 
     /// See [`engram_core::MemoryStore::forget_user`].
-    pub async fn forget_user(&self, user_id: &str) -> Result<u64, StoreError> {
+    pub(crate) async fn forget_user(&self, user_id: &str) -> Result<u64, StoreError> {
         let map = |e: tokio_postgres::Error| self.err(e);
         let mut client = self.client().await?;
         let tx = client.transaction().await.map_err(map)?;
@@ -696,37 +699,51 @@ impl PgStore {
         Ok(removed)
     }
 
-    /// See [`engram_core::MemoryStore::export`]. The rows stream from one snapshot.
-    pub async fn export(
+    /// See [`engram_core::MemoryStore::export_page`].
+    pub(crate) async fn export_page(
         &self,
         user_id: &str,
-        sink: &mut (dyn FnMut(Memory) -> Result<(), StoreError> + Send),
-    ) -> Result<u64, StoreError> {
-        let map = |e: tokio_postgres::Error| self.err(e);
+        after: Option<ExportCursor>,
+        limit: usize,
+    ) -> Result<Vec<Memory>, StoreError> {
         let client = self.client().await?;
+        let (since, after_id) = match after {
+            Some(cursor) => (micros(cursor.created_at), *cursor.id.as_uuid()),
+            None => (i64::MIN, Uuid::nil()),
+        };
         let sql = format!(
             "SELECT {MEMORY_COLUMNS} FROM memories m WHERE m.user_id = $1 \
-             ORDER BY m.created_at, m.doc"
+             AND (m.created_at, m.id) > ($2, $3) ORDER BY m.created_at, m.id LIMIT $4"
         );
-        let statement = client.prepare_cached(&sql).await.map_err(map)?;
-        let rows = client
-            .query_raw(
+        let statement = client.prepare_cached(&sql).await.map_err(|e| self.err(e))?;
+        client
+            .query(
                 &statement,
-                [&user_id as &(dyn tokio_postgres::types::ToSql + Sync)],
+                &[&user_id, &since, &after_id, &clamp_i64(limit)],
             )
             .await
-            .map_err(map)?;
-        let mut rows = std::pin::pin!(rows);
-        let mut count = 0;
-        while let Some(row) = rows.try_next().await.map_err(map)? {
-            sink(memory_from_row(&row)?.1)?;
-            count += 1;
-        }
-        Ok(count)
+            .map_err(|e| self.err(e))?
+            .iter()
+            .map(|row| memory_from_row(row).map(|(_, m)| m))
+            .collect()
+    }
+
+    /// See [`engram_core::MemoryStore::owner`].
+    pub(crate) async fn owner(&self, id: MemoryId) -> Result<Option<String>, StoreError> {
+        let client = self.client().await?;
+        let statement = client
+            .prepare_cached("SELECT user_id FROM history WHERE memory_id = $1 LIMIT 1")
+            .await
+            .map_err(|e| self.err(e))?;
+        Ok(client
+            .query_opt(&statement, &[id.as_uuid()])
+            .await
+            .map_err(|e| self.err(e))?
+            .map(|r| r.get(0)))
     }
 
     /// See [`engram_core::MemoryStore::stats`].
-    pub async fn stats(&self) -> Result<StoreStats, StoreError> {
+    pub(crate) async fn stats(&self) -> Result<StoreStats, StoreError> {
         let now = micros(self.now());
         let client = self.client().await?;
         let map = |e: tokio_postgres::Error| self.err(e);
@@ -739,22 +756,32 @@ impl PgStore {
                  (SELECT version FROM engram_schema LIMIT 1), \
                  (SELECT coalesce(sum(pg_total_relation_size(c.oid)), 0)::bigint \
                   FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace \
-                  WHERE n.nspname = current_schema() AND c.relkind IN ('r', 'm'))",
+                  WHERE n.nspname = current_schema() AND c.relkind IN ('r', 'm')), \
+                 current_setting('server_version')",
                 &[&now],
             )
             .await
             .map_err(map)?;
         let count = |i: usize| row.get::<_, i64>(i).max(0) as u64;
         let mut stats = StoreStats {
+            engine: crate::ENGINE.to_string(),
+            location: self.location.clone(),
+            schema_version: u32::try_from(row.get::<_, i32>(4)).unwrap_or(0),
+            dense_search: self.dense.describe(),
+            size_bytes: Some(count(5)),
             memories: count(0),
             closed: count(1),
             users: count(2),
             history_rows: count(3),
-            schema_version: u32::try_from(row.get::<_, i32>(4)).unwrap_or(0),
-            database_bytes: count(5),
-            path: std::path::PathBuf::from(&self.location),
             ..StoreStats::default()
         };
+        stats
+            .details
+            .insert("server version".into(), row.get::<_, String>(6));
+        stats.details.insert(
+            "connections (this process, at most)".into(),
+            self.options.pool_size.to_string(),
+        );
         for row in client
             .query("SELECT kind, count(*) FROM memories GROUP BY kind", &[])
             .await

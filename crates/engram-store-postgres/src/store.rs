@@ -73,28 +73,20 @@ impl DenseSearch {
     }
 }
 
-/// How many dense searches took each path since a store was opened.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub struct DenseSearchCounts {
-    /// Exact, every vector in the scope scored by the server (pgvector).
-    pub exact_in_server: u64,
-    /// Exact, every vector in the scope scored here (no pgvector).
-    pub exact_in_engram: u64,
-    /// Through the model's HNSW index.
-    pub hnsw: u64,
-    /// Tried the HNSW index, found too few within the filter, then searched exactly.
-    pub hnsw_then_exact: u64,
+/// What dense search did since the store was opened, and how it is tuned now.
+#[derive(Debug)]
+pub(crate) struct DenseState {
+    /// Searches that scored every vector in their scope.
+    pub exact: AtomicU64,
+    /// Searches that asked the HNSW index (some then also searched exactly).
+    pub approximate: AtomicU64,
+    /// See [`PgOptions::exact_max_scope`].
+    pub exact_max_scope: AtomicU64,
+    /// See [`PgOptions::ef_search`].
+    pub ef_search: AtomicU64,
 }
 
-#[derive(Debug, Default)]
-pub(crate) struct Counters {
-    pub exact_in_server: AtomicU64,
-    pub exact_in_engram: AtomicU64,
-    pub hnsw: AtomicU64,
-    pub hnsw_then_exact: AtomicU64,
-}
-
-impl Counters {
+impl DenseState {
     pub(crate) fn count(counter: &AtomicU64) {
         counter.fetch_add(1, Ordering::Relaxed);
     }
@@ -108,7 +100,7 @@ pub struct PgStore {
     /// Where the database is, for messages (no password).
     pub(crate) location: String,
     pub(crate) dense: DenseSearch,
-    pub(crate) counters: Counters,
+    pub(crate) dense_state: DenseState,
 }
 
 impl std::fmt::Debug for PgStore {
@@ -152,6 +144,12 @@ impl PgStore {
             .recycle_timeout(Some(options.connect_timeout))
             .build()
             .map_err(|e| StoreError::Backend(format!("cannot set up the connection pool: {e}")))?;
+        let dense_state = DenseState {
+            exact: AtomicU64::new(0),
+            approximate: AtomicU64::new(0),
+            exact_max_scope: AtomicU64::new(options.exact_max_scope),
+            ef_search: AtomicU64::new(options.ef_search as u64),
+        };
         let mut store = Self {
             pool,
             options,
@@ -159,7 +157,7 @@ impl PgStore {
             dense: DenseSearch::Exact {
                 reason: "not yet known".into(),
             },
-            counters: Counters::default(),
+            dense_state,
         };
         let mut client = store.client().await?;
         store.dense = migrate(&mut client, &store.location).await?;
@@ -174,17 +172,6 @@ impl PgStore {
     /// How dense search is done here.
     pub fn dense_search(&self) -> &DenseSearch {
         &self.dense
-    }
-
-    /// How many dense searches took each path since this store was opened.
-    pub fn dense_search_counts(&self) -> DenseSearchCounts {
-        let c = &self.counters;
-        DenseSearchCounts {
-            exact_in_server: c.exact_in_server.load(Ordering::Relaxed),
-            exact_in_engram: c.exact_in_engram.load(Ordering::Relaxed),
-            hnsw: c.hnsw.load(Ordering::Relaxed),
-            hnsw_then_exact: c.hnsw_then_exact.load(Ordering::Relaxed),
-        }
     }
 
     /// The clock this store stamps changes with.
@@ -239,10 +226,12 @@ async fn identity(
         .map_err(|e| from_pg(&e, location))?;
     let schema: Option<String> = row.get(0);
     let Some(schema) = schema else {
-        return Err(StoreError::Backend(format!(
-            "{location} has no schema to create engram's tables in (the search_path names none \
-             that exists)"
-        )));
+        return Err(StoreError::ReadOnly {
+            location: location.to_string(),
+            detail: "no schema to create engram's tables in (the search_path names none that \
+                     exists)"
+                .to_string(),
+        });
     };
     let engram = if row.get::<_, bool>(2) {
         let found = client
@@ -268,21 +257,17 @@ async fn identity(
 
 /// Refuses schemas that are not engram's, or are newer than this build.
 fn check_identity(identity: &Identity, location: &str) -> Result<(), StoreError> {
+    let not_engram = || StoreError::NotEngram {
+        location: format!("{location} (schema {})", identity.schema),
+    };
     match &identity.engram {
-        None if identity.relations > 0 => Err(StoreError::Backend(format!(
-            "{location} is not an engram database: schema {} holds {} other tables; point \
-             ENGRAM_DATABASE_URL at an empty database (or another schema)",
-            identity.schema, identity.relations
-        ))),
-        Some((application, _)) if application != APPLICATION => Err(StoreError::Backend(format!(
-            "{location} is not an engram database: its engram_schema table names \
-                 '{application}'"
-        ))),
-        Some((_, version)) if *version > latest_version() => Err(StoreError::Backend(format!(
-            "{location} was written by a newer engram (schema version {version}, this build \
-             knows up to {}); upgrade engram to open it",
-            latest_version()
-        ))),
+        None if identity.relations > 0 => Err(not_engram()),
+        Some((application, _)) if application != APPLICATION => Err(not_engram()),
+        Some((_, version)) if *version > latest_version() => Err(StoreError::TooNew {
+            location: location.to_string(),
+            found: *version,
+            supported: latest_version(),
+        }),
         _ => Ok(()),
     }
 }

@@ -16,6 +16,7 @@
 
 use std::cmp::Ordering;
 use std::collections::{BinaryHeap, HashMap};
+use std::sync::atomic::Ordering::Relaxed;
 
 use engram_core::{Filter, PendingText, StoreError, StoredVector, VectorHit, VectorModelStats};
 use futures::TryStreamExt;
@@ -24,7 +25,7 @@ use tokio_postgres::types::ToSql;
 
 use crate::error::from_pg;
 use crate::rows::{MEMORY_COLUMNS, Params, filter_sql, memory_from_row, micros};
-use crate::store::{Counters, DenseSearch, PgStore};
+use crate::store::{DenseSearch, DenseState, PgStore};
 
 /// How dense search is done when nothing needs settling under the migration lock: `None` when
 /// pgvector could be put to use now.
@@ -294,7 +295,7 @@ impl Ord for Scored {
 
 impl PgStore {
     /// See [`engram_core::MemoryStore::put_vectors`].
-    pub async fn put_vectors(
+    pub(crate) async fn put_vectors(
         &self,
         model: &str,
         dimension: usize,
@@ -378,7 +379,7 @@ impl PgStore {
     }
 
     /// See [`engram_core::MemoryStore::texts_without_vectors`].
-    pub async fn texts_without_vectors(
+    pub(crate) async fn texts_without_vectors(
         &self,
         model: &str,
         after: Option<&str>,
@@ -412,7 +413,7 @@ impl PgStore {
     }
 
     /// See [`engram_core::MemoryStore::count_without_vectors`].
-    pub async fn count_without_vectors(&self, model: &str) -> Result<u64, StoreError> {
+    pub(crate) async fn count_without_vectors(&self, model: &str) -> Result<u64, StoreError> {
         let client = self.client().await?;
         let row = client
             .query_one(
@@ -427,7 +428,7 @@ impl PgStore {
     }
 
     /// See [`engram_core::MemoryStore::vector_models`].
-    pub async fn vector_models(&self) -> Result<Vec<VectorModelStats>, StoreError> {
+    pub(crate) async fn vector_models(&self) -> Result<Vec<VectorModelStats>, StoreError> {
         let client = self.client().await?;
         let rows = client
             .query(
@@ -449,7 +450,7 @@ impl PgStore {
     }
 
     /// See [`engram_core::MemoryStore::vector_search`].
-    pub async fn vector_search(
+    pub(crate) async fn vector_search(
         &self,
         model: &str,
         filter: &Filter,
@@ -483,14 +484,15 @@ impl PgStore {
             return Ok(Vec::new());
         }
         let scope = facts.get::<_, Option<i64>>(1).unwrap_or(0).max(0) as u64;
-        let counters = &self.counters;
+        let state = &self.dense_state;
         if !self.dense.is_pgvector() {
-            Counters::count(&counters.exact_in_engram);
+            DenseState::count(&state.exact);
             return self
                 .exact_in_rust(&client, model, query, limit, &conditions, params)
                 .await;
         }
-        if scope > self.options.exact_max_scope {
+        if scope > state.exact_max_scope.load(Relaxed) {
+            DenseState::count(&state.approximate);
             let hits = self
                 .approximate(
                     &client,
@@ -503,13 +505,10 @@ impl PgStore {
                 )
                 .await?;
             if hits.len() >= limit {
-                Counters::count(&counters.hnsw);
                 return Ok(hits);
             }
-            Counters::count(&counters.hnsw_then_exact);
-        } else {
-            Counters::count(&counters.exact_in_server);
         }
+        DenseState::count(&state.exact);
         self.exact_in_sql(&client, model, query, limit, &conditions, params)
             .await
     }
@@ -550,7 +549,9 @@ impl PgStore {
         params: &Params,
     ) -> Result<Vec<VectorHit>, StoreError> {
         // pgvector returns at most ef_search rows from an index scan (1,000 at most).
-        let ef_search = self.options.ef_search.max(limit).min(1_000);
+        let ef_search = (self.dense_state.ef_search.load(Relaxed) as usize)
+            .max(limit)
+            .min(1_000);
         let mut refs = params.as_refs();
         let query_vector = Vector::from(query.to_vec());
         let candidates = ef_search as i64;

@@ -8,6 +8,7 @@ mod common;
 use std::sync::Arc;
 
 use common::{Server, TestDb};
+use engram_core::store::BlockingMemoryStore;
 use engram_core::store::MemoryPatch;
 use engram_core::{
     AddOutcome, Filter, FixedClock, Importance, Kind, Memory, MemoryId, MemoryStore, NewMemory,
