@@ -86,14 +86,21 @@ pub(crate) fn from_pg(err: &tokio_postgres::Error, location: &str) -> StoreError
     if err.is_closed() {
         return unavailable(location, "the connection was closed");
     }
-    // Errors without a server message: the connection could not be made or broke.
+    // Without a server message: the connection could not be made or broke (an I/O error
+    // somewhere in the chain), or engram and the database disagree (anything else).
     let mut detail = err.to_string();
+    let mut io = false;
     let mut source = std::error::Error::source(err);
     while let Some(inner) = source {
         detail = inner.to_string();
+        io |= inner.is::<std::io::Error>();
         source = inner.source();
     }
-    unavailable(location, &detail)
+    if io {
+        unavailable(location, &detail)
+    } else {
+        StoreError::Backend(format!("PostgreSQL ({location}): {err}"))
+    }
 }
 
 fn unavailable(location: &str, detail: &str) -> StoreError {

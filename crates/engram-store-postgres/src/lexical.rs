@@ -34,6 +34,20 @@ pub(crate) fn body(text: &str, context: Option<&str>) -> Vec<String> {
     terms
 }
 
+/// Longest term kept as it is in `postings`; a longer one (a "word" of hundreds of letters) is
+/// kept as `~` and its hash, which matches exactly the same terms and fits a B-tree entry.
+const MAX_POSTING_TERM_BYTES: usize = 200;
+
+/// How a term is kept in `postings`.
+pub(crate) fn posting_term(term: &str) -> std::borrow::Cow<'_, str> {
+    if term.len() <= MAX_POSTING_TERM_BYTES {
+        std::borrow::Cow::Borrowed(term)
+    } else {
+        // Analysed terms are letters and digits, so no real term starts with `~`.
+        std::borrow::Cow::Owned(format!("~{}", blake3::hash(term.as_bytes()).to_hex()))
+    }
+}
+
 /// Each distinct term of a body with its frequency, in order of first occurrence.
 pub(crate) fn frequencies(body: &[String]) -> Vec<(&str, i32)> {
     let mut at: HashMap<&str, usize> = HashMap::with_capacity(body.len());
@@ -72,9 +86,10 @@ pub(crate) async fn write_index(
     let mut writer = std::pin::pin!(writer);
     for row in rows {
         for (term, tf) in frequencies(row.body) {
+            let term = posting_term(term);
             writer
                 .as_mut()
-                .write(&[&row.user_key, &term, &row.doc, &tf])
+                .write(&[&row.user_key, &term.as_ref(), &row.doc, &tf])
                 .await?;
         }
     }
@@ -115,7 +130,7 @@ pub(crate) async fn unindex(
     } else {
         body.split(' ').collect()
     };
-    let mut distinct: Vec<&str> = terms.clone();
+    let mut distinct: Vec<String> = terms.iter().map(|t| posting_term(t).into_owned()).collect();
     distinct.sort_unstable();
     distinct.dedup();
     tx.execute(
@@ -419,7 +434,11 @@ pub(crate) async fn search(
             "the query '{query}' has no words to search for"
         )));
     }
-    let mut wanted: Vec<&str> = alternatives.iter().flatten().map(String::as_str).collect();
+    let mut wanted: Vec<String> = alternatives
+        .iter()
+        .flatten()
+        .map(|t| posting_term(t).into_owned())
+        .collect();
     wanted.sort_unstable();
     wanted.dedup();
 
@@ -467,7 +486,7 @@ pub(crate) async fn search(
     for terms in &alternatives {
         let frequencies: BTreeMap<i64, u32> = match terms.as_slice() {
             [single] => postings
-                .get(single)
+                .get(posting_term(single).as_ref())
                 .map(|docs| {
                     docs.iter()
                         .map(|(&doc, &tf)| (doc, u32::try_from(tf).unwrap_or(0)))
@@ -531,7 +550,7 @@ async fn phrase_frequencies(
     let mut holders: Option<Vec<i64>> = None;
     for term in phrase {
         let docs: Vec<i64> = postings
-            .get(term)
+            .get(posting_term(term).as_ref())
             .map(|d| d.keys().copied().collect())
             .unwrap_or_default();
         holders = Some(match holders {

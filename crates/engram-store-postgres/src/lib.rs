@@ -12,14 +12,26 @@
 //!   (engram_text::bm25), so both engines return the same memories with the same scores.
 //! - **Dense search.** pgvector's HNSW index when the `vector` extension can be used, exact
 //!   search otherwise; [`PgStore::dense_search`] says which.
+//! - **Many processes.** Jobs are claimed under row locks (`FOR UPDATE SKIP LOCKED`), so two
+//!   gateways never run one occurrence; `LISTEN`/`NOTIFY` tells every process at once of jobs
+//!   added and tokens revoked anywhere; a run left by a process that died (on any host) is known
+//!   by the advisory lock its process no longer holds.
+//!
+//! [`PgStore`] implements every storage trait of engram-core (memories, jobs, tokens, the
+//! graph, session logs); [`PgStore::backend`] hands it out as one `Backend`.
 
 mod error;
+mod graph;
+mod jobs;
 mod lexical;
 mod memories;
 mod memory_store;
+mod notify;
 mod rows;
 pub mod schema;
+mod sessions;
 mod store;
+mod tokens;
 mod vectors;
 
 pub use error::describe_url;

@@ -49,7 +49,7 @@ pub const MIGRATIONS: &[&str] = &[
         valid_to     bigint,
         expires_at   bigint,
         source       text     NOT NULL,
-        content_hash text     NOT NULL,
+        content_hash text     COLLATE "C" NOT NULL,
         body_terms   integer  NOT NULL
     );
     ALTER SEQUENCE memories_doc_seq OWNED BY memories.doc;
@@ -85,7 +85,8 @@ pub const MIGRATIONS: &[&str] = &[
         terms    bigint  NOT NULL
     );
     -- One row per user, analysed term and memory: how often the term occurs in the memory's
-    -- indexed body.
+    -- indexed body. A term longer than 200 bytes is kept as `~` and its BLAKE3 (lexical.rs),
+    -- since a B-tree entry holds at most about 2,700 bytes.
     CREATE TABLE postings (
         user_key integer NOT NULL,
         term     text    NOT NULL,
@@ -110,10 +111,129 @@ pub const MIGRATIONS: &[&str] = &[
     CREATE TABLE embeddings (
         id           bigint  GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
         model        text    NOT NULL REFERENCES embedding_models (model),
-        content_hash text    NOT NULL,
+        content_hash text    COLLATE "C" NOT NULL,
         vector       bytea   NOT NULL,
         truncated    boolean NOT NULL DEFAULT false,
         UNIQUE (model, content_hash)
+    );
+
+    -- Other processes hear of changes to jobs and tokens through NOTIFY (see notify.rs): a
+    -- gateway picks up a job added anywhere, a server drops a revoked token at once. Row
+    -- triggers, so a statement that changes nothing is no news (PostgreSQL sends one
+    -- notification per transaction however many rows changed); token uses (last_used_at) are
+    -- no news either.
+    CREATE FUNCTION engram_notify() RETURNS trigger LANGUAGE plpgsql AS $$
+    BEGIN
+        PERFORM pg_notify(TG_ARGV[0], '');
+        RETURN NULL;
+    END
+    $$;
+
+    -- Scheduled jobs and their runs (see jobs.rs). Times in milliseconds, as named. Names and
+    -- ids sort byte by byte ("C"), as in the SQLite engine, whatever the database's locale.
+    CREATE TABLE jobs (
+        id               text    COLLATE "C" PRIMARY KEY,
+        name             text    COLLATE "C" NOT NULL,
+        enabled          boolean NOT NULL,
+        schedule_kind    text    NOT NULL CHECK (schedule_kind IN ('at', 'every', 'cron')),
+        at_ms            bigint,
+        every_ms         bigint  CHECK (every_ms > 0),
+        anchor_ms        bigint,
+        cron_expr        text,
+        tz               text    NOT NULL,
+        payload          json    NOT NULL,
+        session_key      text    NOT NULL,
+        missed           text    NOT NULL,
+        delete_after_run boolean NOT NULL,
+        next_run_at_ms   bigint,
+        last_run_at_ms   bigint,
+        last_status      text,
+        last_error       text,
+        running_run_id   bigint,
+        created_at_ms    bigint  NOT NULL,
+        updated_at_ms    bigint  NOT NULL
+    );
+    CREATE INDEX jobs_next_run ON jobs (next_run_at_ms) WHERE enabled;
+    CREATE TRIGGER jobs_changed AFTER INSERT OR UPDATE OR DELETE ON jobs
+        FOR EACH ROW EXECUTE FUNCTION engram_notify('engram_jobs');
+
+    -- `runner_lock` is the advisory lock its process holds while it lives (on any host): a
+    -- run whose lock nobody holds was left by a process that died.
+    CREATE TABLE job_runs (
+        id              bigint  GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+        job_id          text    COLLATE "C" NOT NULL,
+        job_name        text    NOT NULL,
+        trigger         text    NOT NULL CHECK (trigger IN ('schedule', 'missed', 'manual')),
+        scheduled_at_ms bigint,
+        started_at_ms   bigint  NOT NULL,
+        finished_at_ms  bigint,
+        status          text    NOT NULL
+                        CHECK (status IN ('running', 'ok', 'error', 'interrupted', 'skipped')),
+        error           text,
+        output          text,
+        runner_pid      bigint,
+        runner_lock     bigint
+    );
+    CREATE INDEX job_runs_job ON job_runs (job_id, id);
+    CREATE INDEX job_runs_running ON job_runs (status) WHERE status = 'running';
+
+    -- API tokens (hashes only; see tokens.rs).
+    CREATE TABLE api_tokens (
+        id           text   COLLATE "C" PRIMARY KEY,
+        name         text,
+        users        json   NOT NULL,
+        token_hash   text   NOT NULL,
+        created_at   bigint NOT NULL,
+        last_used_at bigint,
+        revoked_at   bigint
+    );
+    CREATE TRIGGER tokens_changed AFTER INSERT OR DELETE OR UPDATE OF revoked_at, users, token_hash
+        ON api_tokens FOR EACH ROW EXECUTE FUNCTION engram_notify('engram_tokens');
+
+    -- The knowledge graph of the MCP graph tools (see graph.rs). Long texts are kept unique
+    -- through their md5, since a B-tree entry holds at most about 2,700 bytes.
+    CREATE TABLE graph_entities (
+        id          bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+        user_id     text   NOT NULL,
+        name        text   NOT NULL,
+        entity_type text   NOT NULL,
+        memory_id   uuid,
+        created_at  bigint NOT NULL,
+        UNIQUE (user_id, name)
+    );
+    CREATE INDEX graph_entities_memory ON graph_entities (memory_id);
+    CREATE INDEX graph_entities_unindexed ON graph_entities (user_id, id) WHERE memory_id IS NULL;
+    CREATE TABLE graph_observations (
+        id         bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+        entity_id  bigint NOT NULL REFERENCES graph_entities (id) ON DELETE CASCADE,
+        content    text   NOT NULL,
+        memory_id  uuid,
+        created_at bigint NOT NULL
+    );
+    CREATE UNIQUE INDEX graph_observations_unique ON graph_observations (entity_id, md5(content));
+    CREATE INDEX graph_observations_memory ON graph_observations (memory_id);
+    CREATE INDEX graph_observations_unindexed ON graph_observations (entity_id, id)
+        WHERE memory_id IS NULL;
+    CREATE TABLE graph_relations (
+        id            bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+        user_id       text   NOT NULL,
+        from_name     text   NOT NULL,
+        to_name       text   NOT NULL,
+        relation_type text   NOT NULL,
+        created_at    bigint NOT NULL
+    );
+    CREATE UNIQUE INDEX graph_relations_unique ON graph_relations
+        (user_id, md5(from_name), md5(to_name), md5(relation_type));
+    CREATE INDEX graph_relations_from ON graph_relations (user_id, from_name);
+    CREATE INDEX graph_relations_to ON graph_relations (user_id, to_name);
+
+    -- The agent's session logs (see sessions.rs): one row per line, in order.
+    CREATE TABLE session_lines (
+        key  text     COLLATE "C" NOT NULL,
+        log  smallint NOT NULL,  -- 0: the session, 1: its archive
+        seq  integer  NOT NULL,
+        line text     NOT NULL,
+        PRIMARY KEY (key, log, seq)
     );
     "#,
 ];

@@ -5,11 +5,13 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use deadpool_postgres::{Manager, ManagerConfig, Pool, RecyclingMethod, Runtime};
+use engram_core::store::Backend;
 use engram_core::{Clock, StoreError, SystemClock};
 use jiff::Timestamp;
 use tokio_postgres::NoTls;
 
 use crate::error::{describe_config, from_pg, from_pool};
+use crate::notify::Notices;
 use crate::schema::{APPLICATION, MIGRATION_LOCK, MIGRATIONS, latest_version};
 
 /// How a PostgreSQL store is opened.
@@ -101,6 +103,8 @@ pub struct PgStore {
     pub(crate) location: String,
     pub(crate) dense: DenseSearch,
     pub(crate) dense_state: DenseState,
+    /// News from other processes, and this process's runner lock.
+    pub(crate) notices: Notices,
 }
 
 impl std::fmt::Debug for PgStore {
@@ -129,6 +133,7 @@ impl PgStore {
             config.application_name("engram");
         }
         let location = describe_config(&config);
+        let notices = Notices::new(config.clone());
         let manager = Manager::from_config(
             config,
             NoTls,
@@ -158,10 +163,18 @@ impl PgStore {
                 reason: "not yet known".into(),
             },
             dense_state,
+            notices,
         };
         let mut client = store.client().await?;
         store.dense = migrate(&mut client, &store.location).await?;
         Ok(store)
+    }
+
+    /// Every store of engram on this database, as one `Backend` (session logs included: on a
+    /// shared database they are shared too).
+    pub fn backend(self: Arc<Self>) -> Backend {
+        let location = self.location.clone();
+        Backend::from_engine(self.clone(), crate::ENGINE, location).with_sessions(self)
     }
 
     /// Where the database is, without the password.

@@ -156,7 +156,8 @@ fn check_name(what: &str, value: &str, allow_empty: bool) -> Result<(), GraphErr
     Ok(())
 }
 
-fn check_observation(entity: &str, content: &str) -> Result<(), GraphError> {
+/// Checks one observation of `entity` can be stored: not empty, within its limit.
+pub fn check_observation(entity: &str, content: &str) -> Result<(), GraphError> {
     if content.trim().is_empty() {
         return Err(GraphError::Invalid(format!(
             "an observation of entity {entity} is empty"
