@@ -6,6 +6,10 @@
 //! user = "me"                        # default user for MCP clients that name none
 //! max_body_bytes = 1048576           # request body limit (batches: max_batch_body_bytes)
 //! max_batch_body_bytes = 16777216
+//! header_timeout_secs = 10           # to send a request head; also how long an idle
+//!                                    # keep-alive connection stays open
+//! idle_timeout_secs = 30             # a request body or a response standing still
+//! max_connections = 10000            # more get 503 busy (default: below the open file limit)
 //! tokens = [                         # tokens kept in the config, by hash (besides `engram token`)
 //!   { name = "laptop", sha256 = "9f86d08...", users = ["me"] },
 //! ]
@@ -22,8 +26,13 @@
 
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
+use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
+
+use crate::connections::{
+    ConnectionLimits, DEFAULT_HEADER_TIMEOUT, DEFAULT_IDLE_TIMEOUT, default_max_connections,
+};
 
 /// The default address of `engram serve`.
 pub const DEFAULT_LISTEN: &str = "127.0.0.1:8420";
@@ -55,6 +64,13 @@ pub struct ServerSettings {
     pub max_body_bytes: Option<usize>,
     /// Largest body of a batch add, in bytes.
     pub max_batch_body_bytes: Option<usize>,
+    /// Seconds a client has to send a whole request head (also how long an idle keep-alive
+    /// connection is kept).
+    pub header_timeout_secs: Option<u64>,
+    /// Seconds a request body or a response may stand still on the client's side.
+    pub idle_timeout_secs: Option<u64>,
+    /// Connections served at once; more are answered `503 busy`.
+    pub max_connections: Option<usize>,
     /// Tokens listed by hash (in addition to those made with `engram token create`).
     pub tokens: Vec<ConfigToken>,
 }
@@ -95,6 +111,21 @@ impl ServerSettings {
                 )));
             }
         }
+        for (key, value) in [
+            ("header_timeout_secs", self.header_timeout_secs),
+            ("idle_timeout_secs", self.idle_timeout_secs),
+        ] {
+            if value.is_some_and(|v| !(1..=86_400).contains(&v)) {
+                return Err(ConfigError::Invalid(format!(
+                    "[server] {key} must be between 1 and 86400 seconds"
+                )));
+            }
+        }
+        if self.max_connections == Some(0) {
+            return Err(ConfigError::Invalid(
+                "[server] max_connections must be at least 1".to_string(),
+            ));
+        }
         for (i, token) in self.tokens.iter().enumerate() {
             let label = token
                 .name
@@ -124,6 +155,25 @@ impl ServerSettings {
         self.max_batch_body_bytes
             .unwrap_or(DEFAULT_MAX_BATCH_BODY_BYTES)
             .max(self.max_body_bytes())
+    }
+}
+
+impl ServerSettings {
+    /// Timeouts and the connection cap, for a process that may open `file_limit` files.
+    pub fn connection_limits(&self, file_limit: Option<u64>) -> ConnectionLimits {
+        ConnectionLimits {
+            header_timeout: self
+                .header_timeout_secs
+                .map(Duration::from_secs)
+                .unwrap_or(DEFAULT_HEADER_TIMEOUT),
+            idle_timeout: self
+                .idle_timeout_secs
+                .map(Duration::from_secs)
+                .unwrap_or(DEFAULT_IDLE_TIMEOUT),
+            max_connections: self
+                .max_connections
+                .unwrap_or_else(|| default_max_connections(file_limit)),
+        }
     }
 }
 

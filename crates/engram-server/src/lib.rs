@@ -7,7 +7,8 @@
 //! - [`mcp_client`]: other MCP servers' tools for the agent, as `mcp_<server>_<tool>`.
 //! - [`auth`]: bearer tokens bound to users; a memory of another user is answered exactly as a
 //!   missing one.
-//! - [`serve`]: binding, the loopback rule, graceful shutdown.
+//! - [`serve`]: binding, the loopback rule, graceful shutdown; [`connections`]: timeouts for
+//!   clients that stall and the connection cap.
 //!
 //! Store calls are blocking SQLite work; [`service::MemoryService`] runs them on the blocking
 //! pool, a bounded number at a time, so the async runtime never stalls.
@@ -16,6 +17,7 @@ pub mod api;
 pub mod auth;
 pub mod bridge;
 pub mod config;
+pub mod connections;
 pub mod error;
 pub mod extract;
 pub mod knowledge;

@@ -18,6 +18,7 @@ use tokio_util::sync::CancellationToken;
 use crate::api::{AppState, BodyLimits, router};
 use crate::auth::Authenticator;
 use crate::config::ServerSettings;
+use crate::connections::{ConnectionLimits, raise_open_file_limit};
 use crate::knowledge::KnowledgeBase;
 use crate::mcp::{HttpOptions, http_router};
 use crate::service::{Extraction, MemoryService, default_concurrency};
@@ -138,6 +139,7 @@ pub struct Server {
     listener: TcpListener,
     app: Router,
     shutdown: CancellationToken,
+    limits: ConnectionLimits,
 }
 
 impl Server {
@@ -188,10 +190,14 @@ impl Server {
                     addr: options.listen,
                     source,
                 })?;
+        let limits = options
+            .settings
+            .connection_limits(raise_open_file_limit());
         Ok(Self {
             listener,
             app,
             shutdown,
+            limits,
         })
     }
 
@@ -201,43 +207,28 @@ impl Server {
     }
 
     /// Serves until `stop` completes, then lets in-flight requests finish (up to
-    /// [`SHUTDOWN_GRACE`]) and ends every MCP stream.
+    /// [`SHUTDOWN_GRACE`]) and ends every MCP stream. Clients that stall are cut off and
+    /// connections over the cap are answered `503` (see [`crate::connections`]).
     pub async fn run(
         self,
         stop: impl Future<Output = ()> + Send + 'static,
     ) -> Result<(), ServeError> {
-        let shutdown = self.shutdown.clone();
-        let graceful = shutdown.clone();
-        let serving = axum::serve(self.listener, self.app).with_graceful_shutdown(async move {
+        let streams = self.shutdown.clone();
+        let stop = async move {
             stop.await;
             tracing::info!("shutting down: finishing requests in flight");
+        };
+        crate::connections::serve(
+            self.listener,
+            self.app,
+            self.limits,
+            stop,
+            SHUTDOWN_GRACE,
             // MCP streams stay open until told; without this they would hold shutdown forever.
-            graceful.cancel();
-        });
-        let serving = tokio::spawn(async move { serving.await });
-        tokio::pin!(serving);
-        tokio::select! {
-            result = &mut serving => return flatten(result),
-            _ = shutdown.cancelled() => {}
-        }
-        match tokio::time::timeout(SHUTDOWN_GRACE, &mut serving).await {
-            Ok(result) => flatten(result),
-            Err(_) => {
-                tracing::warn!(
-                    seconds = SHUTDOWN_GRACE.as_secs(),
-                    "requests still running after the grace period; stopping anyway"
-                );
-                Ok(())
-            }
-        }
-    }
-}
-
-fn flatten(result: Result<std::io::Result<()>, tokio::task::JoinError>) -> Result<(), ServeError> {
-    match result {
-        Ok(Ok(())) => Ok(()),
-        Ok(Err(e)) => Err(ServeError::Io(e)),
-        Err(e) => Err(ServeError::Io(std::io::Error::other(e.to_string()))),
+            move || streams.cancel(),
+        )
+        .await;
+        Ok(())
     }
 }
 

@@ -146,3 +146,96 @@ async fn a_token_reaches_only_its_own_users_through_mcp() {
     .await;
     assert_eq!(page["memories"].as_array().unwrap().len(), 1, "{page}");
 }
+
+/// Starts an MCP session with raw HTTP (so the test sees its id) and returns the id.
+async fn initialize(server: &TestServer, token: &str) -> String {
+    let response = client()
+        .post(server.url("/mcp"))
+        .bearer_auth(token)
+        .header("accept", "application/json, text/event-stream")
+        .json(&json!({
+            "jsonrpc": "2.0", "id": 1, "method": "initialize",
+            "params": {"protocolVersion": "2025-06-18", "capabilities": {},
+                       "clientInfo": {"name": "test", "version": "1"}}
+        }))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status(), 200);
+    let id = response.headers()["mcp-session-id"]
+        .to_str()
+        .unwrap()
+        .to_string();
+    let _ = response.text().await;
+    id
+}
+
+/// One request naming `session`, with `token`: its status.
+async fn in_session(
+    server: &TestServer,
+    method: reqwest::Method,
+    token: &str,
+    session: &str,
+    body: Option<Value>,
+) -> u16 {
+    let mut request = client()
+        .request(method, server.url("/mcp"))
+        .bearer_auth(token)
+        .header("mcp-session-id", session)
+        .header("mcp-protocol-version", "2025-06-18")
+        .header("accept", "application/json, text/event-stream");
+    if let Some(body) = body {
+        request = request.json(&body);
+    }
+    let response = request.send().await.unwrap();
+    response.status().as_u16()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_mcp_session_is_used_and_ended_only_with_the_token_that_started_it() {
+    let server = TestServer::start().await;
+    let (_, alice) = server.token(&["alice"]);
+    let (_, bob) = server.token(&["bob"]);
+    let session = initialize(&server, &alice).await;
+    let initialized = json!({"jsonrpc": "2.0", "method": "notifications/initialized"});
+    assert_eq!(
+        in_session(&server, reqwest::Method::POST, &alice, &session, Some(initialized)).await,
+        202
+    );
+
+    // Bob's token cannot end, post to or listen on alice's session: the answer a session that
+    // does not exist gets.
+    let list = json!({"jsonrpc": "2.0", "id": 2, "method": "tools/list"});
+    for (method, body) in [
+        (reqwest::Method::DELETE, None),
+        (reqwest::Method::POST, Some(list.clone())),
+        (reqwest::Method::GET, None),
+    ] {
+        assert_eq!(
+            in_session(&server, method.clone(), &bob, &session, body).await,
+            404,
+            "{method} with another token"
+        );
+    }
+    assert_eq!(
+        in_session(
+            &server,
+            reqwest::Method::DELETE,
+            &bob,
+            "no-such-session",
+            None
+        )
+        .await,
+        404
+    );
+
+    // Alice's session is untouched, and she can end it.
+    assert_eq!(
+        in_session(&server, reqwest::Method::POST, &alice, &session, Some(list)).await,
+        200
+    );
+    assert_eq!(
+        in_session(&server, reqwest::Method::DELETE, &alice, &session, None).await,
+        202
+    );
+}

@@ -29,6 +29,7 @@ use rmcp::model::{
 use rmcp::service::RequestContext;
 use rmcp::transport::StreamableHttpService;
 use rmcp::transport::streamable_http_server::StreamableHttpServerConfig;
+use rmcp::transport::streamable_http_server::session::SessionManager;
 use rmcp::transport::streamable_http_server::session::local::LocalSessionManager;
 use rmcp::{ErrorData, RoleServer, ServerHandler, ServiceExt};
 use serde::Deserialize;
@@ -749,10 +750,124 @@ pub fn http_router(service: MemoryService, options: HttpOptions) -> Router<AppSt
         config = config.disable_allowed_hosts();
     }
     let default_user = options.default_user;
+    let sessions = Arc::new(LocalSessionManager::default());
+    let owners = Arc::new(SessionOwners::new(sessions.clone()));
     let mcp = StreamableHttpService::new(
         move || Ok(McpServer::new(service.clone(), default_user.clone(), None)),
-        Arc::new(LocalSessionManager::default()),
+        sessions,
         config,
     );
-    Router::new().route_service("/mcp", mcp)
+    Router::new()
+        .route_service("/mcp", mcp)
+        .route_layer(axum::middleware::from_fn_with_state(owners, bind_session))
 }
+
+/// Which caller started each MCP session: a session is used (streamed, posted to, ended) only
+/// with the token that started it.
+#[derive(Debug)]
+struct SessionOwners {
+    owners: std::sync::Mutex<std::collections::HashMap<String, String>>,
+    sessions: Arc<LocalSessionManager>,
+}
+
+/// Sessions started between two sweeps of ended sessions out of [`SessionOwners`].
+const SWEEP_EVERY: usize = 256;
+
+impl SessionOwners {
+    fn new(sessions: Arc<LocalSessionManager>) -> Self {
+        Self {
+            owners: std::sync::Mutex::new(std::collections::HashMap::new()),
+            sessions,
+        }
+    }
+
+    fn owner(&self, session: &str) -> Option<String> {
+        self.lock().get(session).cloned()
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, std::collections::HashMap<String, String>> {
+        self.owners.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Records a new session's owner; now and then forgets sessions that have ended (closed
+    /// by their client or by the idle timeout).
+    async fn record(&self, session: String, owner: String) {
+        let sweep = {
+            let mut owners = self.lock();
+            owners.insert(session, owner);
+            owners.len() % SWEEP_EVERY == 0
+        };
+        if sweep {
+            let known: Vec<String> = self.lock().keys().cloned().collect();
+            let mut ended = Vec::new();
+            for id in known {
+                if !self.sessions.has_session(&id.as_str().into()).await.unwrap_or(true) {
+                    ended.push(id);
+                }
+            }
+            let mut owners = self.lock();
+            for id in ended {
+                owners.remove(&id);
+            }
+        }
+    }
+
+    fn forget(&self, session: &str) {
+        self.lock().remove(session);
+    }
+}
+
+/// Who a request is, for session ownership.
+fn owner_of(access: &Access) -> String {
+    match access {
+        Access::Local => "local".to_string(),
+        Access::Token { id, .. } => format!("token:{id}"),
+    }
+}
+
+/// Lets a request that names an MCP session through only when its caller started that session;
+/// any other caller gets the answer an unknown session gets (404), so one token can neither
+/// read, post to nor end another's session.
+async fn bind_session(
+    axum::extract::State(owners): axum::extract::State<Arc<SessionOwners>>,
+    request: axum::extract::Request,
+    next: axum::middleware::Next,
+) -> axum::response::Response {
+    use axum::response::IntoResponse;
+    let caller = request.extensions().get::<Access>().map(owner_of);
+    let named = request
+        .headers()
+        .get(SESSION_HEADER)
+        .and_then(|v| v.to_str().ok())
+        .map(str::to_string);
+    let deleting = request.method() == axum::http::Method::DELETE;
+    if let Some(session) = &named
+        && owners.owner(session) != caller
+    {
+        return (
+            axum::http::StatusCode::NOT_FOUND,
+            "Not Found: Session not found",
+        )
+            .into_response();
+    }
+    let response = next.run(request).await;
+    match (named, caller) {
+        (None, Some(caller)) => {
+            if let Some(started) = response
+                .headers()
+                .get(SESSION_HEADER)
+                .and_then(|v| v.to_str().ok())
+            {
+                owners.record(started.to_string(), caller).await;
+            }
+        }
+        (Some(session), _) if deleting && response.status().is_success() => {
+            owners.forget(&session)
+        }
+        _ => {}
+    }
+    response
+}
+
+/// The header carrying the MCP session id.
+const SESSION_HEADER: &str = "mcp-session-id";
