@@ -283,8 +283,7 @@ impl hyper::service::Service<hyper::Request<Incoming>> for RequestService {
 
     fn call(&self, request: hyper::Request<Incoming>) -> Self::Future {
         let idle = self.idle_timeout;
-        let request: Request =
-            request.map(|body| Body::new(StallingBodyTimeout::new(body, idle)));
+        let request: Request = request.map(|body| Body::new(StallingBodyTimeout::new(body, idle)));
         let mut app = self.app.clone();
         Box::pin(async move { tower_service::Service::call(&mut app, request).await })
     }

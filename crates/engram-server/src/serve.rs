@@ -190,9 +190,7 @@ impl Server {
                     addr: options.listen,
                     source,
                 })?;
-        let limits = options
-            .settings
-            .connection_limits(raise_open_file_limit());
+        let limits = options.settings.connection_limits(raise_open_file_limit());
         Ok(Self {
             listener,
             app,

@@ -199,7 +199,14 @@ async fn an_mcp_session_is_used_and_ended_only_with_the_token_that_started_it() 
     let session = initialize(&server, &alice).await;
     let initialized = json!({"jsonrpc": "2.0", "method": "notifications/initialized"});
     assert_eq!(
-        in_session(&server, reqwest::Method::POST, &alice, &session, Some(initialized)).await,
+        in_session(
+            &server,
+            reqwest::Method::POST,
+            &alice,
+            &session,
+            Some(initialized)
+        )
+        .await,
         202
     );
 

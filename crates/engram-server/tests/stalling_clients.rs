@@ -38,8 +38,11 @@ async fn read_until_closed(stream: &mut TcpStream, limit: Duration) -> (String, 
     let mut received = Vec::new();
     let mut buf = [0u8; 4096];
     loop {
-        match tokio::time::timeout(limit.saturating_sub(started.elapsed()), stream.read(&mut buf))
-            .await
+        match tokio::time::timeout(
+            limit.saturating_sub(started.elapsed()),
+            stream.read(&mut buf),
+        )
+        .await
         {
             Ok(Ok(0)) | Ok(Err(_)) => break,
             Ok(Ok(n)) => received.extend_from_slice(&buf[..n]),
@@ -113,8 +116,14 @@ async fn connections_over_the_cap_get_503_busy_and_the_slot_comes_back() {
     let _b = TcpStream::connect(server.addr).await.unwrap();
     tokio::time::sleep(Duration::from_millis(200)).await;
 
-    let (status, body) =
-        json_of(fresh_client().get(server.url("/health")).send().await.unwrap()).await;
+    let (status, body) = json_of(
+        fresh_client()
+            .get(server.url("/health"))
+            .send()
+            .await
+            .unwrap(),
+    )
+    .await;
     assert_eq!((status, code(&body)), (503, "busy"), "{body}");
     assert!(
         body["error"]["message"]

@@ -795,13 +795,18 @@ impl SessionOwners {
         let sweep = {
             let mut owners = self.lock();
             owners.insert(session, owner);
-            owners.len() % SWEEP_EVERY == 0
+            owners.len().is_multiple_of(SWEEP_EVERY)
         };
         if sweep {
             let known: Vec<String> = self.lock().keys().cloned().collect();
             let mut ended = Vec::new();
             for id in known {
-                if !self.sessions.has_session(&id.as_str().into()).await.unwrap_or(true) {
+                if !self
+                    .sessions
+                    .has_session(&id.as_str().into())
+                    .await
+                    .unwrap_or(true)
+                {
                     ended.push(id);
                 }
             }
@@ -861,9 +866,7 @@ async fn bind_session(
                 owners.record(started.to_string(), caller).await;
             }
         }
-        (Some(session), _) if deleting && response.status().is_success() => {
-            owners.forget(&session)
-        }
+        (Some(session), _) if deleting && response.status().is_success() => owners.forget(&session),
         _ => {}
     }
     response
