@@ -71,7 +71,9 @@ pub(crate) struct Indexed<'a> {
     pub body: &'a [String],
 }
 
-/// Writes postings and bodies for `rows` (binary COPY: one round trip however many).
+/// Writes postings and bodies for `rows` (binary COPY: one round trip however many). The
+/// postings go in key order, so that each page of their index is written once per batch
+/// rather than once per memory.
 pub(crate) async fn write_index(
     tx: &tokio_postgres::Transaction<'_>,
     rows: &[Indexed<'_>],
@@ -79,19 +81,25 @@ pub(crate) async fn write_index(
     if rows.is_empty() {
         return Ok(());
     }
-    let sink = tx
-        .copy_in("COPY postings (user_key, term, doc, tf) FROM STDIN BINARY")
-        .await?;
-    let writer = BinaryCopyInWriter::new(sink, &[Type::INT4, Type::TEXT, Type::INT8, Type::INT4]);
-    let mut writer = std::pin::pin!(writer);
+    let mut postings: Vec<(i32, std::borrow::Cow<'_, str>, i64, i32, i32)> = Vec::new();
     for row in rows {
+        let length = row.body.len() as i32;
         for (term, tf) in frequencies(row.body) {
-            let term = posting_term(term);
-            writer
-                .as_mut()
-                .write(&[&row.user_key, &term.as_ref(), &row.doc, &tf])
-                .await?;
+            postings.push((row.user_key, posting_term(term), row.doc, tf, length));
         }
+    }
+    postings.sort_unstable_by(|a, b| (a.0, &a.1, a.2).cmp(&(b.0, &b.1, b.2)));
+    let sink = tx
+        .copy_in("COPY postings (user_key, term, doc, tf, len) FROM STDIN BINARY")
+        .await?;
+    let types = [Type::INT4, Type::TEXT, Type::INT8, Type::INT4, Type::INT4];
+    let writer = BinaryCopyInWriter::new(sink, &types);
+    let mut writer = std::pin::pin!(writer);
+    for (user_key, term, doc, tf, length) in &postings {
+        writer
+            .as_mut()
+            .write(&[user_key, &term.as_ref(), doc, tf, length])
+            .await?;
     }
     writer.finish().await?;
     let sink = tx
@@ -442,13 +450,12 @@ pub(crate) async fn search(
     wanted.sort_unstable();
     wanted.dedup();
 
-    // The user's statistics and the postings of every query term with their documents'
-    // lengths, in one statement (one snapshot).
+    // The user's statistics and the postings of every query term (with each document's
+    // length), from the postings index alone, in one statement (one snapshot).
     let statement = client
         .prepare_cached(
-            "SELECT u.docs, u.terms, p.term, p.doc, p.tf, m.body_terms FROM lexical_users u \
+            "SELECT u.docs, u.terms, p.term, p.doc, p.tf, p.len FROM lexical_users u \
              LEFT JOIN postings p ON p.user_key = u.user_key AND p.term = ANY($2) \
-             LEFT JOIN memories m ON m.doc = p.doc \
              WHERE u.user_id = $1",
         )
         .await
@@ -475,9 +482,7 @@ pub(crate) async fn search(
         };
         let doc: i64 = row.get(3);
         postings.entry(term).or_default().insert(doc, row.get(4));
-        if let Some(length) = row.get::<_, Option<i32>>(5) {
-            lengths.insert(doc, length);
-        }
+        lengths.insert(doc, row.get(5));
     }
 
     // Each alternative's documents and term frequencies: a word's from its postings, a
@@ -500,25 +505,29 @@ pub(crate) async fn search(
         let idf = bm25::idf(documents, frequencies.len() as f64);
         weighted.push((idf, frequencies));
     }
-    let mut candidates: BTreeMap<i64, f64> = BTreeMap::new();
+    let mut scores: BTreeMap<i64, f64> = BTreeMap::new();
     for (idf, frequencies) in &weighted {
         for (&doc, &tf) in frequencies {
             if tf == 0 {
                 continue;
             }
             let length = f64::from(lengths.get(&doc).copied().unwrap_or(0));
-            *candidates.entry(doc).or_insert(0.0) +=
+            *scores.entry(doc).or_insert(0.0) +=
                 bm25::term_score(*idf, f64::from(tf), length, average_length);
         }
     }
-    if candidates.is_empty() || limit == 0 {
+    if scores.is_empty() || limit == 0 {
         return Ok(Vec::new());
     }
-    let docs: Vec<i64> = candidates.keys().copied().collect();
-    let scores: Vec<f64> = candidates.values().copied().collect();
-    let docs_param = params.push(docs);
-    let scores_param = params.push(scores);
-    let limit_param = params.push(crate::rows::clamp_i64(limit));
+    let mut ranked: Vec<(i64, f64)> = scores.into_iter().collect();
+    ranked.sort_unstable_by(|a, b| b.1.total_cmp(&a.1).then(b.0.cmp(&a.0)));
+
+    // The filter and the tie-break by time are the table's: candidates go to it best first, in
+    // slices that never split equal scores (so one slice's hits all rank above the next's),
+    // until `limit` pass. Most searches need one slice.
+    let docs_param = params.push(Vec::<i64>::new());
+    let scores_param = params.push(Vec::<f64>::new());
+    let limit_param = params.push(0i64);
     let sql = format!(
         "SELECT {MEMORY_COLUMNS}, c.score FROM memories m \
          JOIN unnest({docs_param}::bigint[], {scores_param}::float8[]) AS c(doc, score) \
@@ -526,19 +535,34 @@ pub(crate) async fn search(
          ORDER BY c.score DESC, m.created_at DESC, m.doc DESC LIMIT {limit_param}"
     );
     let statement = client.prepare_cached(&sql).await.map_err(map)?;
-    let rows = client
-        .query(&statement, &params.as_refs())
-        .await
-        .map_err(map)?;
-    rows.iter()
-        .map(|row| {
-            let (_, memory) = memory_from_row(row)?;
-            Ok(LexicalHit {
+    let mut hits: Vec<LexicalHit> = Vec::with_capacity(limit);
+    let mut start = 0;
+    let mut slice = (limit * 4).max(32);
+    while start < ranked.len() && hits.len() < limit {
+        let mut end = (start + slice).min(ranked.len());
+        while end < ranked.len() && ranked[end].1 == ranked[end - 1].1 {
+            end += 1;
+        }
+        let (docs, scores): (Vec<i64>, Vec<f64>) = ranked[start..end].iter().copied().unzip();
+        let wanted = crate::rows::clamp_i64(limit - hits.len());
+        params.replace(&docs_param, docs);
+        params.replace(&scores_param, scores);
+        params.replace(&limit_param, wanted);
+        for row in client
+            .query(&statement, &params.as_refs())
+            .await
+            .map_err(map)?
+        {
+            let (_, memory) = memory_from_row(&row)?;
+            hits.push(LexicalHit {
                 memory,
                 bm25: row.get(17),
-            })
-        })
-        .collect()
+            });
+        }
+        start = end;
+        slice = slice.saturating_mul(4);
+    }
+    Ok(hits)
 }
 
 /// How often a phrase occurs in each document that holds all of its terms.

@@ -16,7 +16,7 @@ use engram_core::{
 };
 use jiff::Timestamp;
 use tokio_postgres::binary_copy::BinaryCopyInWriter;
-use tokio_postgres::types::Type;
+use tokio_postgres::types::{ToSql, Type};
 use uuid::Uuid;
 
 use crate::lexical::{self, Indexed, Turn};
@@ -112,17 +112,24 @@ impl PgStore {
                 .filter(|(_, m)| m.valid_to.is_none())
                 .map(|(_, m)| m.content_hash.as_str())
                 .collect();
-            let taken = tx
-                .query(
-                    "SELECT id, content_hash, valid_to IS NULL FROM memories \
-                     WHERE id = ANY($1) OR (content_hash = ANY($2) AND valid_to IS NULL)",
-                    &[&ids, &hashes],
-                )
-                .await
-                .map_err(map)?;
+            // Two index lookups (a plain `id = ANY(..) OR hash = ANY(..)` makes the planner
+            // scan the table, comparing every row with every element).
+            let (id_params, hash_params): ([&(dyn ToSql + Sync); 1], [&(dyn ToSql + Sync); 1]) =
+                ([&ids], [&hashes]);
+            let by_id = tx.query(
+                "SELECT m.id, m.content_hash, m.valid_to IS NULL FROM unnest($1::uuid[]) AS q(id) \
+                 JOIN memories m ON m.id = q.id",
+                &id_params,
+            );
+            let by_hash = tx.query(
+                "SELECT m.id, m.content_hash, true FROM unnest($1::text[]) AS q(hash) \
+                 JOIN memories m ON m.content_hash = q.hash AND m.valid_to IS NULL",
+                &hash_params,
+            );
+            let (by_id, by_hash) = futures::join!(by_id, by_hash);
             let mut taken_ids: HashSet<Uuid> = HashSet::new();
             let mut current: HashMap<String, MemoryId> = HashMap::new();
-            for row in &taken {
+            for row in by_id.map_err(map)?.iter().chain(&by_hash.map_err(map)?) {
                 let id: Uuid = row.get(0);
                 taken_ids.insert(id);
                 if row.get::<_, bool>(2) {

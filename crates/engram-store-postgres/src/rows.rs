@@ -82,6 +82,17 @@ impl Params {
         format!("${}", self.0.len())
     }
 
+    /// Replaces the value behind a placeholder that [`Params::push`] returned.
+    pub fn replace(&mut self, placeholder: &str, value: impl ToSql + Sync + Send + 'static) {
+        let index = placeholder
+            .strip_prefix('$')
+            .and_then(|n| n.parse::<usize>().ok())
+            .and_then(|n| n.checked_sub(1));
+        if let Some(slot) = index.and_then(|i| self.0.get_mut(i)) {
+            *slot = Box::new(value);
+        }
+    }
+
     /// The values, for `query`.
     pub fn as_refs(&self) -> Vec<&(dyn ToSql + Sync)> {
         self.0

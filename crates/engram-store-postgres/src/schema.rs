@@ -85,15 +85,20 @@ pub const MIGRATIONS: &[&str] = &[
         terms    bigint  NOT NULL
     );
     -- One row per user, analysed term and memory: how often the term occurs in the memory's
-    -- indexed body. A term longer than 200 bytes is kept as `~` and its BLAKE3 (lexical.rs),
-    -- since a B-tree entry holds at most about 2,700 bytes.
+    -- indexed body, and the body's length in terms. A search reads these from the index alone
+    -- (an index-only scan: no table page per posting), so the index carries them; autovacuum
+    -- visits the table often enough to keep its pages marked all-visible. A term longer than
+    -- 200 bytes is kept as `~` and its BLAKE3 (lexical.rs): a B-tree entry holds at most about
+    -- 2,700 bytes.
     CREATE TABLE postings (
         user_key integer NOT NULL,
-        term     text    NOT NULL,
+        term     text    COLLATE "C" NOT NULL,
         doc      bigint  NOT NULL,
         tf       integer NOT NULL,
-        PRIMARY KEY (user_key, term, doc)
-    );
+        len      integer NOT NULL,
+        PRIMARY KEY (user_key, term, doc) INCLUDE (tf, len)
+    ) WITH (autovacuum_vacuum_insert_scale_factor = 0.01,
+            autovacuum_vacuum_insert_threshold = 10000);
     -- Each memory's indexed body (its analysed terms, space-separated), to take its postings
     -- out again exactly and to match phrases.
     CREATE TABLE lexical_bodies (

@@ -387,3 +387,49 @@ async fn both_engines_agree_with_pgvector() {
 async fn both_engines_agree_on_postgresql_15() {
     both_engines_agree(Server::Plain).await;
 }
+
+/// A filter that only a few of many candidates pass: the best passing ones are found however
+/// far down the unfiltered ranking they are, with ties broken as in SQLite.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn restrictive_filters_look_past_the_first_candidates() {
+    let pair = pair(Server::Plain).await;
+    let mut batch = Vec::new();
+    for i in 0..400u64 {
+        // Longer texts score lower; every tenth text repeats a length (equal scores).
+        let filler = (0..(i % 37))
+            .map(|_| "filler")
+            .collect::<Vec<_>>()
+            .join(" ");
+        let mut scope = Scope::user("many");
+        if i % 97 == 5 {
+            scope = scope.with_agent("rare");
+        }
+        let mut new = NewMemory::new(scope, format!("green tea {filler} number{}", i % 10))
+            .at(t0() + SignedDuration::from_secs((i % 50) as i64));
+        new.id = Some(MemoryId::new());
+        batch.push(new);
+    }
+    pair.sqlite.add_many(batch.clone(), "test").unwrap();
+    pair.pg.add_many(batch, "test").await.unwrap();
+    let mut rare = Filter::user("many");
+    rare.agent_id = Some("rare".into());
+    for (filter, limit) in [
+        (rare, 3),
+        (Filter::user("many"), 50),
+        (Filter::user("many"), 399),
+    ] {
+        let a = pair
+            .sqlite
+            .search_lexical(&filter, "green tea", limit)
+            .unwrap();
+        let b = pair
+            .pg
+            .search_lexical(&filter, "green tea", limit)
+            .await
+            .unwrap();
+        let a: Vec<(MemoryId, f64)> = a.iter().map(|h| (h.memory.id, h.bm25)).collect();
+        let b: Vec<(MemoryId, f64)> = b.iter().map(|h| (h.memory.id, h.bm25)).collect();
+        assert!(!a.is_empty());
+        assert_eq!(a, b, "{filter:?} limit {limit}");
+    }
+}
