@@ -20,11 +20,11 @@ use tokio_postgres::Row;
 use crate::PgStore;
 use crate::rows::{RawJson, check_storable, clamp_i64};
 
-const JOB_COLUMNS: &str = "id, name, enabled, schedule_kind, at_ms, every_ms, anchor_ms, \
+pub(crate) const JOB_COLUMNS: &str = "id, name, enabled, schedule_kind, at_ms, every_ms, anchor_ms, \
      cron_expr, tz, payload::text, session_key, missed, delete_after_run, next_run_at_ms, \
      last_run_at_ms, last_status, last_error, running_run_id, created_at_ms, updated_at_ms";
 
-const RUN_COLUMNS: &str = "id, job_id, job_name, trigger, scheduled_at_ms, started_at_ms, \
+pub(crate) const RUN_COLUMNS: &str = "id, job_id, job_name, trigger, scheduled_at_ms, started_at_ms, \
      finished_at_ms, status, error, output, runner_pid";
 
 impl PgStore {
@@ -561,7 +561,7 @@ impl JobStore for PgStore {
     }
 }
 
-fn job_from_row(row: &Row) -> Result<Job, JobError> {
+pub(crate) fn job_from_row(row: &Row) -> Result<Job, JobError> {
     let id: String = row.get(0);
     let bad = |detail: String| JobError::Unreadable {
         id: id.clone(),
@@ -614,7 +614,7 @@ fn job_from_row(row: &Row) -> Result<Job, JobError> {
     })
 }
 
-fn run_from_row(row: &Row) -> Result<JobRun, JobError> {
+pub(crate) fn run_from_row(row: &Row) -> Result<JobRun, JobError> {
     let bad = |detail: String| {
         JobError::Store(StoreError::Backend(format!(
             "a job run is stored in an unreadable form: {detail}"

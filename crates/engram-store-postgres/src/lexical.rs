@@ -24,6 +24,7 @@ use tokio_postgres::types::Type;
 
 use crate::error::from_pg;
 use crate::rows::{MEMORY_COLUMNS, Params, filter_sql, memory_from_row};
+use crate::store::Db;
 
 /// The analysed body of a memory: its own terms, then its conversation context's.
 pub(crate) fn body(text: &str, context: Option<&str>) -> Vec<String> {
@@ -75,7 +76,7 @@ pub(crate) struct Indexed<'a> {
 /// postings go in key order, so that each page of their index is written once per batch
 /// rather than once per memory.
 pub(crate) async fn write_index(
-    tx: &tokio_postgres::Transaction<'_>,
+    tx: &impl Db,
     rows: &[Indexed<'_>],
 ) -> Result<(), tokio_postgres::Error> {
     if rows.is_empty() {
@@ -90,7 +91,7 @@ pub(crate) async fn write_index(
     }
     postings.sort_unstable_by(|a, b| (a.0, &a.1, a.2).cmp(&(b.0, &b.1, b.2)));
     let sink = tx
-        .copy_in("COPY postings (user_key, term, doc, tf, len) FROM STDIN BINARY")
+        .copy_rows("COPY postings (user_key, term, doc, tf, len) FROM STDIN BINARY")
         .await?;
     let types = [Type::INT4, Type::TEXT, Type::INT8, Type::INT4, Type::INT4];
     let writer = BinaryCopyInWriter::new(sink, &types);
@@ -103,7 +104,7 @@ pub(crate) async fn write_index(
     }
     writer.finish().await?;
     let sink = tx
-        .copy_in("COPY lexical_bodies (doc, terms) FROM STDIN BINARY")
+        .copy_rows("COPY lexical_bodies (doc, terms) FROM STDIN BINARY")
         .await?;
     let writer = BinaryCopyInWriter::new(sink, &[Type::INT8, Type::TEXT]);
     let mut writer = std::pin::pin!(writer);
@@ -119,7 +120,7 @@ pub(crate) async fn write_index(
 
 /// Takes a memory out of the index: its postings and body. Returns how many terms it had.
 pub(crate) async fn unindex(
-    tx: &tokio_postgres::Transaction<'_>,
+    tx: &impl Db,
     user_key: i32,
     doc: i64,
 ) -> Result<i64, tokio_postgres::Error> {
@@ -153,7 +154,7 @@ pub(crate) async fn unindex(
 /// never wait for each other in a circle, and returns each user's key. Every write that changes
 /// a user's memories takes this lock first, so one user's writes are ordered as in SQLite.
 pub(crate) async fn lock_users(
-    tx: &tokio_postgres::Transaction<'_>,
+    tx: &impl Db,
     users: &[&str],
 ) -> Result<HashMap<String, i32>, tokio_postgres::Error> {
     let mut sorted: Vec<&str> = users.to_vec();
@@ -173,7 +174,7 @@ pub(crate) async fn lock_users(
 
 /// Adds documents and terms to users' statistics (negative to take them away; never below 0).
 pub(crate) async fn add_to_stats(
-    tx: &tokio_postgres::Transaction<'_>,
+    tx: &impl Db,
     deltas: &HashMap<i32, (i64, i64)>,
 ) -> Result<(), tokio_postgres::Error> {
     if deltas.is_empty() {
@@ -209,7 +210,7 @@ pub(crate) struct Turn<'a> {
 /// already in the database or earlier in `turns`. Exactly the SQLite engine's rule, which
 /// inserts one by one.
 pub(crate) async fn contexts_for_new(
-    tx: &tokio_postgres::Transaction<'_>,
+    tx: &impl Db,
     turns: &[Turn<'_>],
 ) -> Result<Vec<Option<String>>, tokio_postgres::Error> {
     let wanted: Vec<usize> = (0..turns.len())
@@ -279,7 +280,7 @@ pub(crate) async fn contexts_for_new(
 
 /// The text of the turn before a stored memory (for re-indexing it after its text changed).
 pub(crate) async fn context_of_stored(
-    tx: &tokio_postgres::Transaction<'_>,
+    tx: &impl Db,
     turn: &Turn<'_>,
 ) -> Result<Option<String>, tokio_postgres::Error> {
     let Some(session) = turn.session_id.filter(|_| turn.is_episode) else {
@@ -314,10 +315,7 @@ pub(crate) async fn analyzer_is_current(
 }
 
 /// Re-indexes every memory when the index was built by another text analyser (or never).
-pub(crate) async fn check_analyzer(
-    tx: &tokio_postgres::Transaction<'_>,
-    location: &str,
-) -> Result<(), StoreError> {
+pub(crate) async fn check_analyzer(tx: &impl Db, location: &str) -> Result<(), StoreError> {
     if analyzer_is_current(tx, location).await? {
         return Ok(());
     }
@@ -325,7 +323,7 @@ pub(crate) async fn check_analyzer(
 }
 
 /// Re-indexes every memory, each with the turn before it among all stored memories.
-async fn rebuild(tx: &tokio_postgres::Transaction<'_>) -> Result<(), tokio_postgres::Error> {
+pub(crate) async fn rebuild(tx: &impl Db) -> Result<(), tokio_postgres::Error> {
     tx.batch_execute(
         "DELETE FROM postings; DELETE FROM lexical_bodies; \
          UPDATE lexical_users SET docs = 0, terms = 0;",

@@ -32,6 +32,7 @@ pub mod schema;
 mod sessions;
 mod store;
 mod tokens;
+mod transfer;
 mod vectors;
 
 pub use error::describe_url;

@@ -23,7 +23,7 @@ use crate::lexical::{self, Indexed, Turn};
 use crate::rows::{
     MEMORY_COLUMNS, Params, RawJson, check_storable, clamp_i64, filter_sql, memory_from_row, micros,
 };
-use crate::store::PgStore;
+use crate::store::{Db, PgStore};
 
 /// A memory accepted for storing, with the doc it gets.
 struct Accepted {
@@ -102,7 +102,7 @@ impl PgStore {
                 .iter()
                 .map(|(_, m)| m.scope.user_id.as_str())
                 .collect();
-            let keys = lexical::lock_users(&tx, &users).await.map_err(map)?;
+            let keys = lexical::lock_users(&*tx, &users).await.map_err(map)?;
 
             // Which ids and current texts are taken, then each memory in turn as if inserted
             // one by one: a later copy of an earlier one in the batch is a duplicate too.
@@ -176,7 +176,7 @@ impl PgStore {
                 for (a, doc) in accepted.iter_mut().zip(docs) {
                     a.doc = doc;
                 }
-                self.write_new(&tx, &accepted, &keys, actor, now)
+                self.write_new(&*tx, &accepted, &keys, actor, now)
                     .await
                     .map_err(map)?;
             }
@@ -196,7 +196,7 @@ impl PgStore {
     /// Writes accepted memories with their index entries, history rows and statistics.
     async fn write_new(
         &self,
-        tx: &deadpool_postgres::Transaction<'_>,
+        tx: &impl Db,
         accepted: &[Accepted],
         keys: &HashMap<String, i32>,
         actor: &str,
@@ -220,64 +220,17 @@ impl PgStore {
             .map(|(a, context)| lexical::body(&a.memory.text, context.as_deref()))
             .collect();
 
-        let sink = tx
-            .copy_in(
-                "COPY memories (doc, id, user_id, agent_id, session_id, kind, text, category, \
-                 importance, metadata, created_at, updated_at, valid_from, valid_to, expires_at, \
-                 source, content_hash, body_terms) FROM STDIN BINARY",
-            )
-            .await?;
-        let types = [
-            Type::INT8,
-            Type::UUID,
-            Type::TEXT,
-            Type::TEXT,
-            Type::TEXT,
-            Type::TEXT,
-            Type::TEXT,
-            Type::TEXT,
-            Type::INT2,
-            Type::JSON,
-            Type::INT8,
-            Type::INT8,
-            Type::INT8,
-            Type::INT8,
-            Type::INT8,
-            Type::TEXT,
-            Type::TEXT,
-            Type::INT4,
-        ];
-        let writer = BinaryCopyInWriter::new(sink, &types);
-        let mut writer = std::pin::pin!(writer);
-        for (a, body) in accepted.iter().zip(&bodies) {
-            let m = &a.memory;
-            let importance = i16::from(m.importance.get());
-            let terms = body.len() as i32;
-            writer
-                .as_mut()
-                .write(&[
-                    &a.doc,
-                    m.id.as_uuid(),
-                    &m.scope.user_id,
-                    &m.scope.agent_id,
-                    &m.scope.session_id,
-                    &m.kind.as_str(),
-                    &m.text,
-                    &m.category,
-                    &importance,
-                    &RawJson(&a.metadata),
-                    &micros(m.created_at),
-                    &micros(m.updated_at),
-                    &micros(m.valid_from),
-                    &m.valid_to.map(micros),
-                    &m.expires_at.map(micros),
-                    &m.source,
-                    &m.content_hash,
-                    &terms,
-                ])
-                .await?;
-        }
-        writer.finish().await?;
+        let rows: Vec<StoredRow<'_>> = accepted
+            .iter()
+            .zip(&bodies)
+            .map(|(a, body)| StoredRow {
+                doc: a.doc,
+                memory: &a.memory,
+                metadata: &a.metadata,
+                body_terms: body.len() as i32,
+            })
+            .collect();
+        copy_memories(tx, &rows).await?;
 
         let mut indexed = Vec::with_capacity(accepted.len());
         let mut deltas: HashMap<i32, (i64, i64)> = HashMap::new();
@@ -298,7 +251,7 @@ impl PgStore {
         lexical::add_to_stats(tx, &deltas).await?;
 
         let sink = tx
-            .copy_in(
+            .copy_rows(
                 "COPY history (memory_id, user_id, event, old_text, new_text, actor, at) \
                  FROM STDIN BINARY",
             )
@@ -375,7 +328,7 @@ impl PgStore {
             .map_err(map)?
             .ok_or(StoreError::NotFound(id))?
             .get(0);
-        let keys = lexical::lock_users(tx, &[user.as_str()])
+        let keys = lexical::lock_users(&**tx, &[user.as_str()])
             .await
             .map_err(map)?;
         let (doc, memory) = self.get_in(tx, id, true).await?;
@@ -486,7 +439,7 @@ impl PgStore {
         doc: i64,
         memory: &Memory,
     ) -> Result<(), tokio_postgres::Error> {
-        let old_terms = lexical::unindex(tx, user_key, doc).await?;
+        let old_terms = lexical::unindex(&**tx, user_key, doc).await?;
         let turn = Turn {
             user_id: &memory.scope.user_id,
             session_id: memory.scope.session_id.as_deref(),
@@ -495,10 +448,10 @@ impl PgStore {
             doc,
             text: &memory.text,
         };
-        let context = lexical::context_of_stored(tx, &turn).await?;
+        let context = lexical::context_of_stored(&**tx, &turn).await?;
         let body = lexical::body(&memory.text, context.as_deref());
         lexical::write_index(
-            tx,
+            &**tx,
             &[Indexed {
                 doc,
                 user_key,
@@ -513,7 +466,7 @@ impl PgStore {
         )
         .await?;
         let delta = HashMap::from([(user_key, (0, i64::from(terms) - old_terms))]);
-        lexical::add_to_stats(tx, &delta).await
+        lexical::add_to_stats(&**tx, &delta).await
     }
 
     /// See [`engram_core::MemoryStore::invalidate`].
@@ -556,14 +509,14 @@ impl PgStore {
         let mut client = self.client().await?;
         let tx = client.transaction().await.map_err(map)?;
         let (user_key, doc, memory) = self.lock_memory(&tx, id).await?;
-        let terms = lexical::unindex(&tx, user_key, doc).await.map_err(map)?;
+        let terms = lexical::unindex(&*tx, user_key, doc).await.map_err(map)?;
         tx.execute("DELETE FROM memories WHERE doc = $1", &[&doc])
             .await
             .map_err(map)?;
         drop_orphan_vectors(&tx, &memory.content_hash)
             .await
             .map_err(map)?;
-        lexical::add_to_stats(&tx, &HashMap::from([(user_key, (-1, -terms))]))
+        lexical::add_to_stats(&*tx, &HashMap::from([(user_key, (-1, -terms))]))
             .await
             .map_err(map)?;
         record(
@@ -671,7 +624,7 @@ impl PgStore {
         let map = |e: tokio_postgres::Error| self.err(e);
         let mut client = self.client().await?;
         let tx = client.transaction().await.map_err(map)?;
-        let keys = lexical::lock_users(&tx, &[user_id]).await.map_err(map)?;
+        let keys = lexical::lock_users(&*tx, &[user_id]).await.map_err(map)?;
         if let Some(key) = keys.get(user_id) {
             tx.execute("DELETE FROM postings WHERE user_key = $1", &[key])
                 .await
@@ -803,6 +756,80 @@ impl PgStore {
         }
         Ok(stats)
     }
+}
+
+/// A memory as written to its table.
+pub(crate) struct StoredRow<'a> {
+    pub doc: i64,
+    pub memory: &'a Memory,
+    /// Its metadata, serialised.
+    pub metadata: &'a str,
+    pub body_terms: i32,
+}
+
+/// Writes memory rows (binary COPY: one round trip however many).
+pub(crate) async fn copy_memories(
+    tx: &impl Db,
+    rows: &[StoredRow<'_>],
+) -> Result<(), tokio_postgres::Error> {
+    let sink = tx
+        .copy_rows(
+            "COPY memories (doc, id, user_id, agent_id, session_id, kind, text, category, \
+             importance, metadata, created_at, updated_at, valid_from, valid_to, expires_at, \
+             source, content_hash, body_terms) FROM STDIN BINARY",
+        )
+        .await?;
+    let types = [
+        Type::INT8,
+        Type::UUID,
+        Type::TEXT,
+        Type::TEXT,
+        Type::TEXT,
+        Type::TEXT,
+        Type::TEXT,
+        Type::TEXT,
+        Type::INT2,
+        Type::JSON,
+        Type::INT8,
+        Type::INT8,
+        Type::INT8,
+        Type::INT8,
+        Type::INT8,
+        Type::TEXT,
+        Type::TEXT,
+        Type::INT4,
+    ];
+    let writer = BinaryCopyInWriter::new(sink, &types);
+    let mut writer = std::pin::pin!(writer);
+    for row in rows {
+        let m = row.memory;
+        let importance = i16::from(m.importance.get());
+        writer
+            .as_mut()
+            .write(&[
+                &row.doc,
+                m.id.as_uuid(),
+                &m.scope.user_id,
+                &m.scope.agent_id,
+                &m.scope.session_id,
+                &m.kind.as_str(),
+                &m.text,
+                &m.category,
+                &importance,
+                &RawJson(row.metadata),
+                &micros(m.created_at),
+                &micros(m.updated_at),
+                &micros(m.valid_from),
+                &m.valid_to.map(micros),
+                &m.expires_at.map(micros),
+                &m.source,
+                &m.content_hash,
+                &row.body_terms,
+            ])
+            .await?;
+    }
+    writer.finish().await?;
+    Ok(())
 }
 
 /// Drops the vectors of a content hash no memory uses any more.

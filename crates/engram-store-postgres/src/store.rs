@@ -119,6 +119,43 @@ impl std::fmt::Debug for PgStore {
 /// A pooled connection.
 pub(crate) type Client = deadpool_postgres::Object;
 
+/// A connection or a transaction, COPY included: what the write paths need, so that they serve
+/// both ordinary transactions and a copy's long one (see transfer.rs).
+pub(crate) trait Db: tokio_postgres::GenericClient + Sync {
+    /// Starts `COPY ... FROM STDIN`.
+    fn copy_rows<'a>(
+        &'a self,
+        sql: &'a str,
+    ) -> impl std::future::Future<
+        Output = Result<tokio_postgres::CopyInSink<bytes::Bytes>, tokio_postgres::Error>,
+    > + Send
+    + 'a;
+}
+
+impl Db for tokio_postgres::Client {
+    fn copy_rows<'a>(
+        &'a self,
+        sql: &'a str,
+    ) -> impl std::future::Future<
+        Output = Result<tokio_postgres::CopyInSink<bytes::Bytes>, tokio_postgres::Error>,
+    > + Send
+    + 'a {
+        self.copy_in(sql)
+    }
+}
+
+impl Db for tokio_postgres::Transaction<'_> {
+    fn copy_rows<'a>(
+        &'a self,
+        sql: &'a str,
+    ) -> impl std::future::Future<
+        Output = Result<tokio_postgres::CopyInSink<bytes::Bytes>, tokio_postgres::Error>,
+    > + Send
+    + 'a {
+        self.copy_in(sql)
+    }
+}
+
 impl PgStore {
     /// Opens the database at `url` (`postgres://user:password@host:port/database`), creating
     /// engram's tables or migrating them to this build's schema.
@@ -334,7 +371,7 @@ async fn migrate(client: &mut Client, location: &str) -> Result<DenseSearch, Sto
             .await
             .map_err(map)?;
     }
-    crate::lexical::check_analyzer(&tx, location).await?;
+    crate::lexical::check_analyzer(&*tx, location).await?;
     let dense = crate::vectors::settle_dense_search(&tx, location).await?;
     tx.commit().await.map_err(map)?;
     Ok(dense)

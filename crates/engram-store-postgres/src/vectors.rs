@@ -196,7 +196,7 @@ fn hnsw_index_name(model: &str) -> String {
 
 /// The statement that creates a model's HNSW index over its vectors (partial, so each index
 /// holds one model's vectors, all of one dimension).
-fn hnsw_index_sql(model: &str, dimension: i32) -> String {
+pub(crate) fn hnsw_index_sql(model: &str, dimension: i32) -> String {
     format!(
         "CREATE INDEX IF NOT EXISTS {} ON embeddings USING hnsw \
          ((vector::vector({dimension})) vector_ip_ops) WHERE model = {}",
@@ -206,14 +206,14 @@ fn hnsw_index_sql(model: &str, dimension: i32) -> String {
 }
 
 /// Decodes stored bytes (little-endian `f32`); a trailing partial float is ignored.
-fn decode(bytes: &[u8]) -> Vec<f32> {
+pub(crate) fn decode(bytes: &[u8]) -> Vec<f32> {
     bytes
         .chunks_exact(4)
         .map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]]))
         .collect()
 }
 
-fn encode(vector: &[f32]) -> Vec<u8> {
+pub(crate) fn encode(vector: &[f32]) -> Vec<u8> {
     vector.iter().flat_map(|x| x.to_le_bytes()).collect()
 }
 

@@ -21,6 +21,7 @@ pub mod graph;
 pub mod jobs;
 pub mod sessions;
 pub mod tokens;
+pub mod transfer;
 
 pub use backend::Backend;
 
