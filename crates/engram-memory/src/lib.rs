@@ -31,4 +31,6 @@ pub use manager::{
     ContextBlock, ExtractionReport, ManagerConfig, MemoryError, MemoryManager, MemoryOverview,
 };
 pub use ranking::{Fusion, RankingProfile, Recency};
-pub use search::{ScoreParts, SearchError, SearchHit, SearchRequest, SearchResults, Searcher};
+pub use search::{
+    Contributions, ScoreParts, SearchError, SearchHit, SearchRequest, SearchResults, Searcher,
+};

@@ -168,6 +168,19 @@ pub fn fuse(
     evidence: &[Evidence],
     lists_present: (bool, bool),
 ) -> Vec<f64> {
+    fuse_parts(profile, evidence, lists_present)
+        .into_iter()
+        .map(|(lexical, dense)| lexical + dense)
+        .collect()
+}
+
+/// [`fuse`], with each candidate's relevance split into what the lexical and the dense list
+/// gave (the two add up to it), so `explain` can show where relevance came from.
+pub fn fuse_parts(
+    profile: &RankingProfile,
+    evidence: &[Evidence],
+    lists_present: (bool, bool),
+) -> Vec<(f64, f64)> {
     let (has_lexical, has_dense) = lists_present;
     // With only one list there is nothing to share: it carries all of relevance.
     let (w_lex, w_dense) = match (has_lexical, has_dense) {
@@ -185,9 +198,9 @@ pub fn fuse(
                     let lex = e.lexical.map_or(0.0, |(_, r)| w_lex / (k + r as f64));
                     let dense = e.dense.map_or(0.0, |(_, r)| w_dense / (k + r as f64));
                     if best > 0.0 {
-                        (lex + dense) / best
+                        (lex / best, dense / best)
                     } else {
-                        0.0
+                        (0.0, 0.0)
                     }
                 })
                 .collect()
@@ -205,7 +218,7 @@ pub fn fuse(
                         _ => 0.0,
                     };
                     let dense = e.dense.map_or(0.0, |(s, _)| s.clamp(0.0, 1.0));
-                    w_lex * lex + w_dense * dense
+                    (w_lex * lex, w_dense * dense)
                 })
                 .collect()
         }
@@ -272,6 +285,11 @@ mod tests {
             let scores = fuse(&p, &evidence, (true, true));
             for s in &scores {
                 prop_assert!((0.0..=1.0 + 1e-9).contains(s), "{s}");
+            }
+            // The parts explain the whole: each is non-negative and they add up to it.
+            for ((lexical, dense), total) in fuse_parts(&p, &evidence, (true, true)).into_iter().zip(&scores) {
+                prop_assert!(lexical >= 0.0 && dense >= 0.0);
+                prop_assert!((lexical + dense - total).abs() < 1e-12);
             }
             if !weighted {
                 // Better ranks in both lists never score lower.

@@ -11,7 +11,7 @@ use engram_core::{
 use jiff::tz::TimeZone;
 use serde::Serialize;
 
-use crate::ranking::{Evidence, RankingProfile, fuse};
+use crate::ranking::{Evidence, RankingProfile, fuse_parts};
 use crate::when::{TimeWindow, time_window};
 
 /// What to look for, and where.
@@ -54,6 +54,24 @@ pub struct ScoreParts {
     /// The memory's text was longer than the model's window and only its beginning was embedded.
     #[serde(skip_serializing_if = "std::ops::Not::not")]
     pub truncated: bool,
+    /// What each part added to the final score, weighted by the profile; they sum to it.
+    pub contributions: Contributions,
+}
+
+/// A score taken apart: each part's weighted share. `lexical + dense + recency + importance +
+/// time_match` is the score.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Serialize)]
+pub struct Contributions {
+    /// Relevance that came from the lexical (BM25) list.
+    pub lexical: f64,
+    /// Relevance that came from the dense (vector) list.
+    pub dense: f64,
+    /// Recency.
+    pub recency: f64,
+    /// Importance.
+    pub importance: f64,
+    /// The boost for falling in the query's time phrase.
+    pub time_match: f64,
 }
 
 /// One memory found, with its score.
@@ -210,7 +228,7 @@ impl Searcher {
         let entries: Vec<(Memory, Evidence, bool)> =
             order.iter().filter_map(|id| merged.remove(id)).collect();
         let evidence: Vec<Evidence> = entries.iter().map(|(_, e, _)| *e).collect();
-        let relevance = fuse(&self.profile, &evidence, (true, has_dense));
+        let relevance = fuse_parts(&self.profile, &evidence, (true, has_dense));
 
         let now = self.clock.now();
         let window = time_window(&request.query, now, &self.time_zone);
@@ -236,24 +254,32 @@ impl Searcher {
         memory: Memory,
         evidence: Evidence,
         truncated: bool,
-        relevance: f64,
+        (lexical, dense): (f64, f64),
         now: jiff::Timestamp,
         window: Option<&TimeWindow>,
     ) -> SearchHit {
         let p = &self.profile;
+        let relevance = lexical + dense;
         let recency = p.recency_of(memory.created_at, now);
         let importance = f64::from(memory.importance.get()) / 5.0;
         let time_match = window
             .filter(|w| w.since <= memory.created_at && memory.created_at < w.until)
             .map(|w| w.phrase.clone());
-        let score = p.relevance * relevance
-            + p.recency * recency
-            + p.importance * importance
-            + if time_match.is_some() {
+        let contributions = Contributions {
+            lexical: p.relevance * lexical,
+            dense: p.relevance * dense,
+            recency: p.recency * recency,
+            importance: p.importance * importance,
+            time_match: if time_match.is_some() {
                 p.time_match
             } else {
                 0.0
-            };
+            },
+        };
+        let score = p.relevance * relevance
+            + contributions.recency
+            + contributions.importance
+            + contributions.time_match;
         SearchHit {
             memory,
             score,
@@ -268,6 +294,7 @@ impl Searcher {
                 importance,
                 time_match,
                 truncated,
+                contributions,
             },
         }
     }

@@ -144,6 +144,14 @@ async fn every_hit_explains_its_score() {
     assert_eq!(top.parts.profile, "balanced");
     let expected = 0.8 * top.parts.relevance + 0.1 * top.parts.recency + 0.1 * top.parts.importance;
     assert!((top.score - expected).abs() < 1e-9);
+    // The score taken apart: each list's weighted share of relevance, recency, importance.
+    let c = &top.parts.contributions;
+    assert!((c.lexical - 0.8 * 0.5).abs() < 1e-9, "{c:?}");
+    assert!((c.dense - 0.8 * 0.5 * top.parts.similarity.unwrap()).abs() < 1e-9);
+    assert!((c.recency - 0.1 * top.parts.recency).abs() < 1e-9);
+    assert_eq!(c.time_match, 0.0);
+    let sum = c.lexical + c.dense + c.recency + c.importance + c.time_match;
+    assert!((top.score - sum).abs() < 1e-9);
 }
 
 #[tokio::test]
