@@ -7,6 +7,7 @@
 pub mod clock;
 pub mod embed;
 pub mod filter;
+pub mod import;
 pub mod llm;
 pub mod memory;
 pub mod store;

@@ -5,14 +5,10 @@ use std::io::{BufRead, BufReader, BufWriter, IsTerminal, Read, Write};
 use std::path::Path;
 
 use anyhow::{Context as _, Result};
-use engram_core::{
-    AddOutcome, BlockingMemoryStore, Importance, Kind, MemoryId, NewMemory, Scope, StoreError,
-};
+use engram_core::import::parse_import_line;
+use engram_core::{AddOutcome, BlockingMemoryStore, NewMemory, StoreError};
 use indicatif::{ProgressBar, ProgressStyle};
-use jiff::Timestamp;
-use jiff::tz::TimeZone;
-use serde::{Deserialize, Serialize};
-use serde_json::{Map, Value};
+use serde::Serialize;
 
 use super::{Context, require_user};
 use crate::cli::{ExportArgs, ImportArgs};
@@ -24,102 +20,6 @@ use crate::output;
 /// fifth faster per CPU second than 2,000; see BENCHMARKS.md), and a line still succeeds or fails
 /// on its own: only a failure of the whole batch (a full disk) leaves its lines unstored.
 pub const DEFAULT_BATCH_SIZE: u64 = 20_000;
-
-/// One line of an import file. Field names match what `engram export` writes.
-#[derive(Debug, Deserialize)]
-#[serde(deny_unknown_fields)]
-struct ImportRecord {
-    id: Option<String>,
-    user_id: String,
-    agent_id: Option<String>,
-    session_id: Option<String>,
-    kind: Option<String>,
-    text: String,
-    category: Option<String>,
-    importance: Option<i64>,
-    metadata: Option<Value>,
-    created_at: Option<String>,
-    updated_at: Option<String>,
-    valid_from: Option<String>,
-    valid_to: Option<String>,
-    expires_at: Option<String>,
-    source: Option<String>,
-    /// Written by export; recomputed on import.
-    #[allow(dead_code)]
-    content_hash: Option<String>,
-}
-
-fn time_field(name: &str, value: Option<String>) -> Result<Option<Timestamp>, String> {
-    value
-        .map(|v| {
-            engram_core::time::parse_time(&v, Timestamp::now(), &TimeZone::UTC)
-                .map_err(|e| format!("{name}: {e}"))
-        })
-        .transpose()
-}
-
-impl ImportRecord {
-    fn into_new_memory(self) -> Result<NewMemory, String> {
-        let metadata = match self.metadata {
-            None | Some(Value::Null) => Map::new(),
-            Some(Value::Object(map)) => map,
-            Some(_) => return Err("metadata must be a JSON object".to_string()),
-        };
-        let memory = NewMemory {
-            id: self
-                .id
-                .map(|id| id.parse::<MemoryId>().map_err(|e| e.to_string()))
-                .transpose()?,
-            scope: Scope {
-                user_id: self.user_id,
-                agent_id: self.agent_id,
-                session_id: self.session_id,
-            },
-            kind: self
-                .kind
-                .map(|k| k.parse::<Kind>().map_err(|e| e.to_string()))
-                .transpose()?
-                .unwrap_or(Kind::Episode),
-            text: self.text,
-            category: self.category,
-            importance: self
-                .importance
-                .map(|i| Importance::new(i).map_err(|e| e.to_string()))
-                .transpose()?
-                .unwrap_or_default(),
-            metadata,
-            created_at: time_field("created_at", self.created_at)?,
-            updated_at: time_field("updated_at", self.updated_at)?,
-            valid_from: time_field("valid_from", self.valid_from)?,
-            valid_to: time_field("valid_to", self.valid_to)?,
-            expires_at: time_field("expires_at", self.expires_at)?,
-            source: self.source.unwrap_or_else(|| "import".to_string()),
-        };
-        memory.validate().map_err(|e| e.to_string())?;
-        Ok(memory)
-    }
-}
-
-/// serde_json's message without its " at line 1 column 7" (the file's line is reported instead).
-fn json_error(err: &serde_json::Error) -> String {
-    let text = err.to_string();
-    match text.rfind(" at line ") {
-        Some(cut) => text[..cut].to_string(),
-        None => text,
-    }
-}
-
-fn parse_line(bytes: &[u8]) -> Result<NewMemory, String> {
-    let line = std::str::from_utf8(bytes).map_err(|_| "not valid UTF-8".to_string())?;
-    let record: ImportRecord = serde_json::from_str(line).map_err(|e| {
-        if e.is_syntax() || e.is_eof() {
-            format!("not valid JSON ({})", json_error(&e))
-        } else {
-            json_error(&e)
-        }
-    })?;
-    record.into_new_memory()
-}
 
 /// What an import did.
 #[derive(Debug, Default, Serialize)]
@@ -234,7 +134,7 @@ pub fn import_reader(
                 if buf.iter().all(u8::is_ascii_whitespace) {
                     continue;
                 }
-                batch.push((line_no, parse_line(&buf)));
+                batch.push((line_no, parse_import_line(&buf, None)));
                 if batch.len() >= batch_size {
                     let full = std::mem::replace(&mut batch, Vec::with_capacity(batch_size));
                     if sender.send(full).is_err() {
