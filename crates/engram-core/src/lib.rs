@@ -25,8 +25,9 @@ pub use memory::{
     Importance, Kind, Memory, MemoryId, NewMemory, Scope, content_hash, normalize_text,
 };
 pub use store::{
-    AddOutcome, Backend, BlockingMemoryStore, DenseIndexStats, DenseSearchCounts, DenseTuning,
-    ExportCursor, HistoryEvent, HistoryKind, LexicalHit, MemoryPatch, MemoryStore, PendingText,
-    StoreError, StoreStats, StoredVector, VectorHit, VectorModelStats,
+    AddOutcome, Backend, BlockingMemoryStore, DayCount, DayCounter, DenseIndexStats,
+    DenseSearchCounts, DenseTuning, ExportCursor, HistoryEvent, HistoryKind, LexicalHit,
+    MemoryPatch, MemoryStore, PendingText, StoreError, StoreStats, StoredVector, UserCount,
+    VectorHit, VectorModelStats,
 };
 pub use tool::{Tool, ToolOutput, ToolSpec};

@@ -11,8 +11,8 @@ use std::collections::{HashMap, HashSet};
 
 use engram_core::store::{ExportCursor, LexicalHit, MemoryPatch};
 use engram_core::{
-    AddOutcome, Filter, HistoryEvent, HistoryKind, Kind, Memory, MemoryId, NewMemory, StoreError,
-    StoreStats, content_hash,
+    AddOutcome, DayCount, DayCounter, Filter, HistoryEvent, HistoryKind, Kind, Memory, MemoryId,
+    NewMemory, StoreError, StoreStats, UserCount, content_hash,
 };
 use jiff::Timestamp;
 use tokio_postgres::binary_copy::BinaryCopyInWriter;
@@ -606,6 +606,57 @@ impl PgStore {
             .await
             .map_err(|e| self.err(e))?;
         Ok(row.get::<_, i64>(0).max(0) as u64)
+    }
+
+    /// See [`engram_core::MemoryStore::users`].
+    pub(crate) async fn users(&self) -> Result<Vec<UserCount>, StoreError> {
+        let client = self.client().await?;
+        let statement = client
+            .prepare_cached(
+                "SELECT user_id, count(*) FROM memories GROUP BY user_id ORDER BY user_id",
+            )
+            .await
+            .map_err(|e| self.err(e))?;
+        Ok(client
+            .query(&statement, &[])
+            .await
+            .map_err(|e| self.err(e))?
+            .iter()
+            .map(|row| UserCount {
+                user_id: row.get(0),
+                memories: row.get::<_, i64>(1).max(0) as u64,
+            })
+            .collect())
+    }
+
+    /// See [`engram_core::MemoryStore::count_by_day`].
+    pub(crate) async fn count_by_day(
+        &self,
+        filter: &Filter,
+        time_zone: &jiff::tz::TimeZone,
+    ) -> Result<Vec<DayCount>, StoreError> {
+        let mut params = Params::default();
+        let conditions = filter_sql(filter, self.now(), &mut params)?;
+        // Two small columns per memory; days are cut in Rust (see DayCounter), as on SQLite.
+        let sql = format!("SELECT m.created_at, m.kind FROM memories m WHERE {conditions}");
+        let client = self.client().await?;
+        let statement = client.prepare_cached(&sql).await.map_err(|e| self.err(e))?;
+        let mut counter = DayCounter::new(time_zone.clone());
+        for row in client
+            .query(&statement, &params.as_refs())
+            .await
+            .map_err(|e| self.err(e))?
+        {
+            let created: i64 = row.get(0);
+            let kind: String = row.get(1);
+            let created = Timestamp::from_microsecond(created)
+                .map_err(|e| StoreError::Backend(format!("bad time {created}: {e}")))?;
+            let kind = kind
+                .parse::<Kind>()
+                .map_err(|e| StoreError::Backend(e.to_string()))?;
+            counter.add(created, kind);
+        }
+        Ok(counter.finish())
     }
 
     /// See [`engram_core::MemoryStore::search_lexical`].

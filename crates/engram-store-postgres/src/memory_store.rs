@@ -6,8 +6,8 @@ use std::sync::atomic::Ordering;
 use async_trait::async_trait;
 use engram_core::store::{DenseSearchCounts, DenseTuning, ExportCursor, LexicalHit, MemoryPatch};
 use engram_core::{
-    AddOutcome, Filter, HistoryEvent, Memory, MemoryId, MemoryStore, NewMemory, PendingText,
-    StoreError, StoreStats, StoredVector, VectorHit, VectorModelStats,
+    AddOutcome, DayCount, Filter, HistoryEvent, Memory, MemoryId, MemoryStore, NewMemory,
+    PendingText, StoreError, StoreStats, StoredVector, UserCount, VectorHit, VectorModelStats,
 };
 
 use crate::PgStore;
@@ -92,6 +92,18 @@ impl MemoryStore for PgStore {
 
     async fn stats(&self) -> Result<StoreStats, StoreError> {
         PgStore::stats(self).await
+    }
+
+    async fn users(&self) -> Result<Vec<UserCount>, StoreError> {
+        PgStore::users(self).await
+    }
+
+    async fn count_by_day(
+        &self,
+        filter: &Filter,
+        time_zone: &jiff::tz::TimeZone,
+    ) -> Result<Vec<DayCount>, StoreError> {
+        PgStore::count_by_day(self, filter, time_zone).await
     }
 
     async fn put_vectors(

@@ -226,6 +226,16 @@ async fn same_searches(pair: &Pair, rng: &mut Rng) -> usize {
                 pair.sqlite.count(&filter).unwrap(),
                 pair.pg.count(&filter).await.unwrap()
             );
+            for zone in [
+                jiff::tz::TimeZone::UTC,
+                jiff::tz::TimeZone::fixed(jiff::tz::offset(-7)),
+            ] {
+                assert_eq!(
+                    pair.sqlite.count_by_day(&filter, &zone).unwrap(),
+                    pair.pg.count_by_day(&filter, &zone).await.unwrap(),
+                    "count_by_day {filter:?}"
+                );
+            }
         }
     }
     found
@@ -251,6 +261,9 @@ async fn same_everything(pair: &Pair, ids: &[MemoryId], rng: &mut Rng) {
         (a.memories, a.closed, a.users, a.history_rows, a.by_kind),
         (b.memories, b.closed, b.users, b.history_rows, b.by_kind)
     );
+    let users = pair.sqlite.users().unwrap();
+    assert_eq!(users.len() as u64, a.users);
+    assert_eq!(users, pair.pg.users().await.unwrap());
 }
 
 async fn both_engines_agree(server: Server) {

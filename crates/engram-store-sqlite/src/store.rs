@@ -7,8 +7,9 @@ use std::time::Duration;
 
 use engram_core::store::{LexicalHit, MemoryPatch};
 use engram_core::{
-    AddOutcome, BlockingMemoryStore, Clock, Filter, HistoryEvent, HistoryKind, Kind, Memory,
-    MemoryId, NewMemory, StoreError, StoreStats, SystemClock, content_hash,
+    AddOutcome, BlockingMemoryStore, Clock, DayCount, DayCounter, Filter, HistoryEvent,
+    HistoryKind, Kind, Memory, MemoryId, NewMemory, StoreError, StoreStats, SystemClock, UserCount,
+    content_hash,
 };
 use engram_core::{PendingText, StoredVector, VectorHit, VectorModelStats};
 use jiff::Timestamp;
@@ -1240,6 +1241,54 @@ impl BlockingMemoryStore for SqliteStore {
         wal.push("-wal");
         stats.size_bytes = Some(size(&self.path) + size(Path::new(&wal)));
         Ok(stats)
+    }
+
+    fn users(&self) -> Result<Vec<UserCount>, StoreError> {
+        // One walk of the (user_id, created_at) index; no row is read.
+        self.read(|conn| {
+            conn.prepare_cached(
+                "SELECT user_id, count(*) FROM memories GROUP BY user_id ORDER BY user_id",
+            )
+            .and_then(|mut s| {
+                s.query_map([], |r| {
+                    Ok(UserCount {
+                        user_id: r.get(0)?,
+                        memories: r.get::<_, i64>(1)?.max(0) as u64,
+                    })
+                })
+                .and_then(|rows| rows.collect())
+            })
+            .map_err(|e| self.err(e))
+        })
+    }
+
+    fn count_by_day(
+        &self,
+        filter: &Filter,
+        time_zone: &jiff::tz::TimeZone,
+    ) -> Result<Vec<DayCount>, StoreError> {
+        let (conditions, values) = filter_sql(filter, self.now())?;
+        // Two small columns per memory; days are cut in Rust (see DayCounter).
+        let sql = format!("SELECT m.created_at, m.kind FROM memories m WHERE {conditions}");
+        let mut counter = DayCounter::new(time_zone.clone());
+        self.read(|conn| {
+            let mut stmt = conn.prepare_cached(&sql).map_err(|e| self.err(e))?;
+            let mut rows = stmt
+                .query(rusqlite::params_from_iter(values))
+                .map_err(|e| self.err(e))?;
+            while let Some(row) = rows.next().map_err(|e| self.err(e))? {
+                let created: i64 = row.get(0).map_err(|e| self.err(e))?;
+                let kind: String = row.get(1).map_err(|e| self.err(e))?;
+                let created = Timestamp::from_microsecond(created)
+                    .map_err(|e| StoreError::Backend(format!("bad time {created}: {e}")))?;
+                let kind = kind
+                    .parse::<Kind>()
+                    .map_err(|e| StoreError::Backend(e.to_string()))?;
+                counter.add(created, kind);
+            }
+            Ok(())
+        })?;
+        Ok(counter.finish())
     }
 
     fn put_vectors(

@@ -1053,3 +1053,87 @@ fn a_batch_and_the_same_memories_one_at_a_time_score_alike() {
         .unwrap();
     assert_eq!(buffer, 8 << 20);
 }
+
+#[test]
+fn users_are_listed_with_their_counts() {
+    let f = fixture();
+    assert!(f.store.users().unwrap().is_empty());
+    add(&f.store, "bob", "one");
+    add(&f.store, "alice", "one");
+    let closed = add(&f.store, "alice", "two");
+    f.store.invalidate(closed, "test").unwrap();
+    let users = f.store.users().unwrap();
+    let listed: Vec<(&str, u64)> = users
+        .iter()
+        .map(|u| (u.user_id.as_str(), u.memories))
+        .collect();
+    assert_eq!(listed, vec![("alice", 2), ("bob", 1)]);
+}
+
+#[test]
+fn memories_are_counted_per_day_in_the_time_zone_asked_for() {
+    let f = fixture();
+    let at = |text: &str, kind: Kind, when: &str| {
+        f.store
+            .add(
+                NewMemory::new(Scope::user("u"), text)
+                    .with_kind(kind)
+                    .at(t(when)),
+                "test",
+            )
+            .unwrap();
+    };
+    at(
+        "late on the 1st in UTC",
+        Kind::Episode,
+        "2024-05-01T23:30:00Z",
+    );
+    at("early on the 2nd", Kind::Episode, "2024-05-02T08:00:00Z");
+    at("a fact on the 2nd", Kind::Fact, "2024-05-02T09:00:00Z");
+    at("another user's", Kind::Episode, "2024-05-02T09:00:00Z");
+    add(&f.store, "other", "not counted");
+
+    let days = |filter: &Filter, zone: &jiff::tz::TimeZone| -> Vec<(String, Kind, u64)> {
+        f.store
+            .count_by_day(filter, zone)
+            .unwrap()
+            .into_iter()
+            .map(|d| (d.day.to_string(), d.kind, d.count))
+            .collect()
+    };
+    let utc = jiff::tz::TimeZone::UTC;
+    assert_eq!(
+        days(&Filter::user("u"), &utc),
+        vec![
+            ("2024-05-01".to_string(), Kind::Episode, 1),
+            ("2024-05-02".to_string(), Kind::Episode, 2),
+            ("2024-05-02".to_string(), Kind::Fact, 1),
+        ]
+    );
+    // Two hours east of UTC, 23:30 on the 1st is already the 2nd.
+    let east = jiff::tz::TimeZone::fixed(jiff::tz::offset(2));
+    assert_eq!(
+        days(&Filter::user("u"), &east),
+        vec![
+            ("2024-05-02".to_string(), Kind::Episode, 3),
+            ("2024-05-02".to_string(), Kind::Fact, 1),
+        ]
+    );
+    // The filter applies: facts only, and closed memories only when asked.
+    let facts = Filter {
+        kinds: vec![Kind::Fact],
+        ..Filter::user("u")
+    };
+    assert_eq!(
+        days(&facts, &utc),
+        vec![("2024-05-02".to_string(), Kind::Fact, 1)]
+    );
+    let fact = f.store.list(&facts, 1, 0).unwrap().remove(0);
+    f.store.invalidate(fact.id, "test").unwrap();
+    assert!(days(&facts, &utc).is_empty());
+    let with_closed = Filter {
+        include_closed: true,
+        ..facts
+    };
+    assert_eq!(days(&with_closed, &utc).len(), 1);
+}

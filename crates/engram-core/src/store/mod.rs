@@ -190,6 +190,59 @@ pub struct VectorModelStats {
     pub vectors: u64,
 }
 
+/// A user who has memories, and how many (current and closed).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct UserCount {
+    /// The user.
+    pub user_id: String,
+    /// Their memories, current and closed.
+    pub memories: u64,
+}
+
+/// How many memories of one kind were created on one day.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct DayCount {
+    /// The day, in the time zone asked for.
+    pub day: jiff::civil::Date,
+    /// The kind.
+    pub kind: Kind,
+    /// How many.
+    pub count: u64,
+}
+
+/// Counts memories per day (in one time zone) and kind, as [`MemoryStore::count_by_day`]
+/// reports them. Engines feed it each matching memory's creation time and kind: no database
+/// knows every time zone the way jiff does, so days are cut here, the same for every engine.
+#[derive(Debug, Clone)]
+pub struct DayCounter {
+    zone: jiff::tz::TimeZone,
+    counts: BTreeMap<(jiff::civil::Date, Kind), u64>,
+}
+
+impl DayCounter {
+    /// Counts days in `zone`.
+    pub fn new(zone: jiff::tz::TimeZone) -> Self {
+        Self {
+            zone,
+            counts: BTreeMap::new(),
+        }
+    }
+
+    /// Counts one memory.
+    pub fn add(&mut self, created_at: Timestamp, kind: Kind) {
+        let day = self.zone.to_datetime(created_at).date();
+        *self.counts.entry((day, kind)).or_default() += 1;
+    }
+
+    /// The counts, by day then kind.
+    pub fn finish(self) -> Vec<DayCount> {
+        self.counts
+            .into_iter()
+            .map(|((day, kind), count)| DayCount { day, kind, count })
+            .collect()
+    }
+}
+
 /// Totals for `engram stats`, from any engine.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct StoreStats {
@@ -364,6 +417,16 @@ pub trait BlockingMemoryStore: Send + Sync {
 
     /// Totals.
     fn stats(&self) -> Result<StoreStats, StoreError>;
+
+    /// See [`MemoryStore::users`].
+    fn users(&self) -> Result<Vec<UserCount>, StoreError>;
+
+    /// See [`MemoryStore::count_by_day`].
+    fn count_by_day(
+        &self,
+        filter: &Filter,
+        time_zone: &jiff::tz::TimeZone,
+    ) -> Result<Vec<DayCount>, StoreError>;
 
     /// Stores vectors made by `model` (whose vectors are `dimension` long), replacing any it
     /// already had for those content hashes. A dimension that disagrees with what is recorded for
@@ -565,6 +628,18 @@ pub trait MemoryStore: Send + Sync {
 
     /// Totals.
     async fn stats(&self) -> Result<StoreStats, StoreError>;
+
+    /// Every user who has memories, by user id, with how many they have.
+    async fn users(&self) -> Result<Vec<UserCount>, StoreError>;
+
+    /// How many memories match the filter, per day of creation (in `time_zone`) and kind,
+    /// ordered by day then kind; days and kinds without memories are left out. Engines count
+    /// with a [`DayCounter`].
+    async fn count_by_day(
+        &self,
+        filter: &Filter,
+        time_zone: &jiff::tz::TimeZone,
+    ) -> Result<Vec<DayCount>, StoreError>;
 
     /// Stores vectors made by `model` (whose vectors are `dimension` long), replacing any it
     /// already had for those content hashes. A dimension that disagrees with what is recorded
