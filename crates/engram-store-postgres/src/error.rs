@@ -7,8 +7,9 @@ use engram_core::StoreError;
 use tokio_postgres::config::Host;
 use tokio_postgres::error::SqlState;
 
-/// A one-line description of where a connection URL points, without its password:
-/// `database engram on db.example.com:5432 as user engram`.
+/// Where a connection URL points, as a URL without its password (and without options):
+/// `postgresql://engram@db.example.com:5432/memory`, or for a Unix socket
+/// `postgresql://engram@/memory?host=/run/postgresql`.
 pub fn describe_url(url: &str) -> String {
     match url.parse::<tokio_postgres::Config>() {
         Ok(config) => describe_config(&config),
@@ -18,26 +19,36 @@ pub fn describe_url(url: &str) -> String {
 
 pub(crate) fn describe_config(config: &tokio_postgres::Config) -> String {
     let ports = config.get_ports();
-    let hosts: Vec<String> = config
-        .get_hosts()
-        .iter()
-        .enumerate()
-        .map(|(i, host)| {
-            let port = ports.get(i).or(ports.first()).copied().unwrap_or(5432);
-            match host {
-                Host::Tcp(name) => format!("{name}:{port}"),
-                Host::Unix(dir) => format!("{}/.s.PGSQL.{port}", dir.display()),
-            }
-        })
-        .collect();
-    let hosts = if hosts.is_empty() {
+    let port = |i: usize| ports.get(i).or(ports.first()).copied().unwrap_or(5432);
+    let mut tcp = Vec::new();
+    let mut sockets = Vec::new();
+    for (i, host) in config.get_hosts().iter().enumerate() {
+        match host {
+            Host::Tcp(name) => tcp.push(format!("{name}:{}", port(i))),
+            Host::Unix(dir) => sockets.push((dir.display().to_string(), port(i))),
+        }
+    }
+    let user = config.get_user().unwrap_or("");
+    let at = if user.is_empty() {
+        String::new()
+    } else {
+        format!("{user}@")
+    };
+    let database = config.get_dbname().unwrap_or(user);
+    if tcp.is_empty() && !sockets.is_empty() {
+        let hosts: Vec<&str> = sockets.iter().map(|(dir, _)| dir.as_str()).collect();
+        let mut url = format!("postgresql://{at}/{database}?host={}", hosts.join(","));
+        if sockets[0].1 != 5432 {
+            url.push_str(&format!("&port={}", sockets[0].1));
+        }
+        return url;
+    }
+    let hosts = if tcp.is_empty() {
         "localhost:5432".to_string()
     } else {
-        hosts.join(",")
+        tcp.join(",")
     };
-    let user = config.get_user().unwrap_or("(default user)");
-    let database = config.get_dbname().unwrap_or(user);
-    format!("database {database} on {hosts} as user {user}")
+    format!("postgresql://{at}{hosts}/{database}")
 }
 
 /// Maps a driver error on the database described by `location` to a store error.
@@ -147,17 +158,14 @@ mod tests {
 
     #[test]
     fn urls_are_described_without_their_password() {
-        let text = describe_url("postgres://engram:s3cret@db.example.com:6543/memory");
-        assert_eq!(
-            text,
-            "database memory on db.example.com:6543 as user engram"
-        );
+        let text =
+            describe_url("postgres://engram:s3cret@db.example.com:6543/memory?sslmode=require");
+        assert_eq!(text, "postgresql://engram@db.example.com:6543/memory");
         assert!(!text.contains("s3cret"));
         let socket = describe_url("postgresql://postgres@%2Frun%2Fpg/postgres");
-        assert_eq!(
-            socket,
-            "database postgres on /run/pg/.s.PGSQL.5432 as user postgres"
-        );
+        assert_eq!(socket, "postgresql://postgres@/postgres?host=/run/pg");
+        let other_port = describe_url("postgresql:///engram?host=/tmp&port=6000&user=me");
+        assert_eq!(other_port, "postgresql://me@/engram?host=/tmp&port=6000");
         assert_eq!(describe_url("mysql://x"), "an unreadable PostgreSQL URL");
     }
 }

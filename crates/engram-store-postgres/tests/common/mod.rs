@@ -106,3 +106,139 @@ impl Drop for TestDb {
         .join();
     }
 }
+
+/// A PostgreSQL server of one test's own (PostgreSQL 16 from the test script's pgserver wheel),
+/// for tests that stop and restart it. Listens on a Unix socket in its own folder; stopped and
+/// deleted when dropped.
+pub struct PrivateServer {
+    dir: tempfile::TempDir,
+    bin: std::path::PathBuf,
+    os_user: String,
+}
+
+impl PrivateServer {
+    /// Creates a cluster and starts it.
+    pub fn start() -> Self {
+        let bin =
+            std::path::PathBuf::from(std::env::var("ENGRAM_TEST_PG_BIN").unwrap_or_else(|_| {
+                panic!(
+                    "ENGRAM_TEST_PG_BIN is not set: run the tests through scripts/test.sh, or \
+                     first eval \"$(scripts/setup-postgres.sh start)\""
+                )
+            }));
+        let os_user = std::env::var("ENGRAM_TEST_PG_OS_USER").unwrap_or_default();
+        let dir = tempfile::Builder::new()
+            .prefix("engram-pg-")
+            .tempdir_in("/tmp")
+            .unwrap();
+        let server = Self { dir, bin, os_user };
+        if !server.os_user.is_empty() {
+            let status = std::process::Command::new("chown")
+                .arg(&server.os_user)
+                .arg(server.dir.path())
+                .status()
+                .unwrap();
+            assert!(status.success());
+        }
+        let data = server.data();
+        server.run(
+            "initdb",
+            &[
+                &format!("--pgdata={data}"),
+                "--username=postgres",
+                "--auth=trust",
+                "--encoding=UTF8",
+                "--locale=C",
+                "--no-sync",
+            ],
+        );
+        let conf = format!(
+            "listen_addresses = ''\nunix_socket_directories = '{}'\nfsync = off\n\
+             max_connections = 50\nshared_buffers = 16MB\n",
+            server.dir.path().display()
+        );
+        let mut file = std::fs::OpenOptions::new()
+            .append(true)
+            .open(format!("{data}/postgresql.conf"))
+            .unwrap();
+        std::io::Write::write_all(&mut file, conf.as_bytes()).unwrap();
+        server.resume();
+        server
+    }
+
+    fn data(&self) -> String {
+        format!("{}/data", self.dir.path().display())
+    }
+
+    fn run(&self, program: &str, args: &[&str]) {
+        let binary = self.bin.join(program);
+        let mut command = if self.os_user.is_empty() {
+            std::process::Command::new(&binary)
+        } else {
+            let mut c = std::process::Command::new("runuser");
+            c.args(["-u", &self.os_user, "--"]).arg(&binary);
+            c
+        };
+        let output = command.args(args).output().unwrap();
+        assert!(
+            output.status.success(),
+            "{program} {args:?} failed: {}",
+            String::from_utf8_lossy(&output.stderr)
+        );
+    }
+
+    /// The URL of its `postgres` database.
+    pub fn url(&self) -> String {
+        let socket: String = form_urlencoded_path(&self.dir.path().display().to_string());
+        format!("postgresql://postgres@{socket}/postgres")
+    }
+
+    /// Stops it at once (connections are cut, as when a server goes away).
+    pub fn stop(&self) {
+        let data = self.data();
+        self.run("pg_ctl", &["-D", &data, "-m", "immediate", "-w", "stop"]);
+    }
+
+    /// Starts it again.
+    pub fn resume(&self) {
+        let data = self.data();
+        let log = format!("{data}/server.log");
+        self.run(
+            "pg_ctl",
+            &["-D", &data, "-l", &log, "-w", "-t", "60", "start"],
+        );
+    }
+}
+
+impl Drop for PrivateServer {
+    fn drop(&mut self) {
+        let data = self.data();
+        let _ = std::process::Command::new(if self.os_user.is_empty() {
+            self.bin.join("pg_ctl")
+        } else {
+            std::path::PathBuf::from("runuser")
+        })
+        .args(if self.os_user.is_empty() {
+            vec![]
+        } else {
+            vec![
+                "-u".to_string(),
+                self.os_user.clone(),
+                "--".to_string(),
+                self.bin.join("pg_ctl").display().to_string(),
+            ]
+        })
+        .args(["-D", &data, "-m", "immediate", "-w", "stop"])
+        .output();
+    }
+}
+
+/// A socket folder as the host part of a URL.
+fn form_urlencoded_path(path: &str) -> String {
+    path.bytes()
+        .map(|b| match b {
+            b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'_' | b'.' => (b as char).to_string(),
+            _ => format!("%{b:02X}"),
+        })
+        .collect()
+}
