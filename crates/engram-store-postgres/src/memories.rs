@@ -613,7 +613,7 @@ impl PgStore {
         let client = self.client().await?;
         let statement = client
             .prepare_cached(
-                "SELECT user_id, count(*) FROM memories GROUP BY user_id ORDER BY user_id",
+                "SELECT user_id, count(*) FROM memories GROUP BY user_id ORDER BY user_id COLLATE \"C\"",
             )
             .await
             .map_err(|e| self.err(e))?;
