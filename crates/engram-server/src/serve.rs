@@ -175,13 +175,20 @@ impl Server {
                 loopback,
             },
         );
+        let state = AppState { service, auth };
+        let mem0 = crate::mem0::router(crate::mem0::Mem0State {
+            app: state.clone(),
+            default_user: options.default_user.clone(),
+            events: Arc::default(),
+        });
         let app = router(
-            AppState { service, auth },
+            state,
             BodyLimits {
                 default: options.settings.max_body_bytes(),
                 batch: options.settings.max_batch_body_bytes(),
             },
             Some(mcp),
+            Some(mem0),
         );
         let listener =
             TcpListener::bind(options.listen)

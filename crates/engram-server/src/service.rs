@@ -115,12 +115,14 @@ impl MemoryService {
     }
 
     /// Extracts episodes, facts and preferences from a conversation into `scope`'s user's
-    /// memory and merges them with what is known, as the agent does at a session's end.
+    /// memory and merges them with what is known, as the agent does at a session's end. What
+    /// it stores is stamped `now` (so callers can find it again).
     pub async fn extract(
         &self,
         access: &Access,
         scope: &Scope,
         conversation: Vec<Message>,
+        now: Timestamp,
     ) -> Result<ExtractionReport, ApiError> {
         access.require(&scope.user_id)?;
         let Some(extraction) = &self.extraction else {
@@ -145,7 +147,7 @@ impl MemoryService {
             .clone()
             .unwrap_or_else(|| "api".to_string());
         manager
-            .extract_and_merge(&conversation, &session, Timestamp::now())
+            .extract_and_merge(&conversation, &session, now)
             .await
             .map_err(|e| match e {
                 MemoryError::Model(e) => ApiError::new(ErrorCode::ModelFailed, e.to_string()),
@@ -225,6 +227,18 @@ impl MemoryService {
         access.require(&filter.user_id)?;
         self.run(move |s| Ok(s.store.list(&filter, limit, offset)?))
             .await
+    }
+
+    /// How many of one user's memories match the filter.
+    pub async fn count(&self, access: &Access, filter: Filter) -> Result<u64, ApiError> {
+        access.require(&filter.user_id)?;
+        self.run(move |s| Ok(s.store.count(&filter)?)).await
+    }
+
+    /// Erases every memory of a user and their history, for good; gives how many memories.
+    pub async fn forget(&self, access: &Access, user_id: String) -> Result<u64, ApiError> {
+        access.require(&user_id)?;
+        self.run(move |s| Ok(s.store.forget_user(&user_id)?)).await
     }
 
     /// A memory the caller may see.

@@ -333,7 +333,10 @@ async fn extract_messages(
             }
         });
     }
-    let report = state.service.extract(&access, &scope, conversation).await?;
+    let report = state
+        .service
+        .extract(&access, &scope, conversation, Timestamp::now())
+        .await?;
     Ok((StatusCode::OK, axum::Json(json!({"extraction": report}))).into_response())
 }
 

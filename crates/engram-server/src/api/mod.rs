@@ -17,6 +17,7 @@
 //! | `GET /v1/sessions` | the sessions one user's memories belong to |
 //! | `GET /v1/sessions/{session_id}` | one session's memories |
 //! | `/mcp` | the MCP server over streamable HTTP (same tokens) |
+//! | `/memories`, `/search`, `/v1/.../`, `/v3/.../` | Mem0's APIs ([`crate::mem0`]) |
 
 mod memories;
 mod sessions;
@@ -62,9 +63,15 @@ pub struct BodyLimits {
     pub batch: usize,
 }
 
-/// The whole HTTP application: the REST API, and `mcp` (a router serving `/mcp`) behind the
-/// same authentication when given.
-pub fn router(state: AppState, limits: BodyLimits, mcp: Option<Router<AppState>>) -> Router {
+/// The whole HTTP application: the REST API, `mcp` (a router serving `/mcp`) behind the same
+/// authentication when given, and `mem0` (the Mem0-compatible routes, which authenticate
+/// themselves) when given.
+pub fn router(
+    state: AppState,
+    limits: BodyLimits,
+    mcp: Option<Router<AppState>>,
+    mem0: Option<Router<AppState>>,
+) -> Router {
     let v1 = Router::new()
         .route("/v1/memories", post(memories::add).get(memories::list))
         .route(
@@ -89,11 +96,14 @@ pub fn router(state: AppState, limits: BodyLimits, mcp: Option<Router<AppState>>
     }
     let protected =
         protected.route_layer(middleware::from_fn_with_state(state.clone(), authenticate));
-    Router::new()
+    let mut app = Router::new()
         .route("/health", get(health))
         .route("/openapi.json", get(openapi))
-        .merge(protected)
-        .fallback(route_not_found)
+        .merge(protected);
+    if let Some(mem0) = mem0 {
+        app = app.merge(mem0);
+    }
+    app.fallback(route_not_found)
         .method_not_allowed_fallback(method_not_allowed)
         .layer(DefaultBodyLimit::max(limits.default))
         .layer(middleware::from_fn(log_request))
@@ -101,7 +111,7 @@ pub fn router(state: AppState, limits: BodyLimits, mcp: Option<Router<AppState>>
 }
 
 /// Resolves the caller's [`Access`] and hands it to the handler as a request extension.
-async fn authenticate(
+pub(crate) async fn authenticate(
     State(state): State<AppState>,
     mut request: Request,
     next: Next,
@@ -171,24 +181,36 @@ async fn openapi() -> Response {
         .into_response()
 }
 
-async fn route_not_found(request: Request) -> ApiError {
-    ApiError::new(
-        ErrorCode::RouteNotFound,
-        format!(
-            "no route {} {} (see /openapi.json)",
-            request.method(),
-            request.uri().path()
+/// An error in the shape of the API family the path belongs to.
+fn family_error(path: &str, error: ApiError) -> Response {
+    if crate::mem0::owns_path(path) {
+        crate::mem0::error_response(&error)
+    } else {
+        error.into_response()
+    }
+}
+
+async fn route_not_found(request: Request) -> Response {
+    let path = request.uri().path();
+    family_error(
+        path,
+        ApiError::new(
+            ErrorCode::RouteNotFound,
+            format!("no route {} {path} (see /openapi.json)", request.method()),
         ),
     )
 }
 
-async fn method_not_allowed(request: Request) -> ApiError {
-    ApiError::new(
-        ErrorCode::MethodNotAllowed,
-        format!(
-            "{} is not allowed on {} (see /openapi.json)",
-            request.method(),
-            request.uri().path()
+async fn method_not_allowed(request: Request) -> Response {
+    let path = request.uri().path();
+    family_error(
+        path,
+        ApiError::new(
+            ErrorCode::MethodNotAllowed,
+            format!(
+                "{} is not allowed on {path} (see /openapi.json)",
+                request.method()
+            ),
         ),
     )
 }
