@@ -22,6 +22,8 @@
 #   ENGRAM_TEST_PG15_URL   the same for PostgreSQL 15 without pgvector
 #   ENGRAM_TEST_PG_BIN     the PostgreSQL 16 bin/ folder (tests that stop and restart a server of
 #                          their own start it from here)
+#   ENGRAM_TEST_PG15_BIN   the PostgreSQL 15 bin/ folder (built with OpenSSL, unlike the wheel's
+#                          16: the TLS test starts its server from here)
 #   ENGRAM_TEST_PG_OS_USER the system user servers must run as ("" when not root)
 #
 # Anything that fails is reported on stderr with the reason and a non-zero exit: the tests never
@@ -194,6 +196,7 @@ start)
     echo "export ENGRAM_TEST_PG_URL='$(url_for "$(socket_dir "$cache/16")")'"
     echo "export ENGRAM_TEST_PG15_URL='$(url_for "$(socket_dir "$cache/15")")'"
     echo "export ENGRAM_TEST_PG_BIN='$pg16'"
+    echo "export ENGRAM_TEST_PG15_BIN='$pg15'"
     echo "export ENGRAM_TEST_PG_OS_USER='$(server_user)'"
     ;;
 status)

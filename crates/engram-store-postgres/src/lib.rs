@@ -3,7 +3,8 @@
 //!
 //! - **Driver.** tokio-postgres with a deadpool pool: async all the way (no blocking thread per
 //!   call), statements prepared once per connection, queries pipelined, binary `COPY` for bulk
-//!   imports, and `LISTEN`/`NOTIFY` for news from other processes.
+//!   imports, and `LISTEN`/`NOTIFY` for news from other processes; TLS (rustls, the
+//!   certificate verified) with `sslmode=require`.
 //! - **Schema.** Versioned migrations, each applied once inside one transaction under an
 //!   advisory lock (see [`schema`]); a database written by a newer engram, or one that holds
 //!   some other program's tables, is refused with its own message and left untouched.
@@ -31,6 +32,7 @@ mod rows;
 pub mod schema;
 mod sessions;
 mod store;
+mod tls;
 mod tokens;
 mod transfer;
 mod vectors;

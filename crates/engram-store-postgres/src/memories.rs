@@ -768,7 +768,8 @@ impl PgStore {
                  (SELECT coalesce(sum(pg_total_relation_size(c.oid)), 0)::bigint \
                   FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace \
                   WHERE n.nspname = current_schema() AND c.relkind IN ('r', 'm')), \
-                 current_setting('server_version')",
+                 current_setting('server_version'), \
+                 coalesce((SELECT ssl FROM pg_stat_ssl WHERE pid = pg_backend_pid()), false)",
                 &[&now],
             )
             .await
@@ -789,6 +790,8 @@ impl PgStore {
         stats
             .details
             .insert("server version".into(), row.get::<_, String>(6));
+        let tls = if row.get::<_, bool>(7) { "yes" } else { "no" };
+        stats.details.insert("tls".into(), tls.to_string());
         stats.details.insert(
             "connections (this process, at most)".into(),
             self.options.pool_size.to_string(),

@@ -22,6 +22,8 @@ use tokio::sync::watch;
 use tokio::task::JoinHandle;
 use tokio_postgres::{AsyncMessage, NoTls};
 
+use crate::tls::Tls;
+
 /// The channels the triggers of migration 1 notify.
 const JOBS_CHANNEL: &str = "engram_jobs";
 const TOKENS_CHANNEL: &str = "engram_tokens";
@@ -46,6 +48,7 @@ impl State {
 #[derive(Debug)]
 pub(crate) struct Notices {
     config: tokio_postgres::Config,
+    tls: Tls,
     state: Arc<State>,
     runner_lock: i64,
     task: std::sync::Mutex<Option<JoinHandle<()>>>,
@@ -54,12 +57,13 @@ pub(crate) struct Notices {
 }
 
 impl Notices {
-    pub(crate) fn new(config: tokio_postgres::Config) -> Self {
+    pub(crate) fn new(config: tokio_postgres::Config, tls: Tls) -> Self {
         let (up_sender, up) = watch::channel(false);
         // Any 64-bit key no other live process uses; v7 UUIDs end in 62 random bits.
         let random = uuid::Uuid::now_v7().as_u128() as u64;
         Self {
             config,
+            tls,
             state: Arc::new(State::default()),
             runner_lock: random as i64,
             task: std::sync::Mutex::new(None),
@@ -84,6 +88,7 @@ impl Notices {
         };
         *task = Some(runtime.spawn(listen(
             self.config.clone(),
+            self.tls.clone(),
             self.state.clone(),
             self.runner_lock,
             self.up_sender.clone(),
@@ -158,27 +163,47 @@ impl Drop for Notices {
     }
 }
 
+/// Drives a listening connection, handing on the channel of each notification; ends when the
+/// connection does.
+async fn forward<S, T>(
+    mut connection: tokio_postgres::Connection<S, T>,
+    sender: tokio::sync::mpsc::UnboundedSender<String>,
+) where
+    S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin,
+    T: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin,
+{
+    let mut messages = futures::stream::poll_fn(move |cx| connection.poll_message(cx));
+    while let Some(Ok(message)) = messages.next().await {
+        if let AsyncMessage::Notification(n) = message
+            && sender.send(n.channel().to_string()).is_err()
+        {
+            break;
+        }
+    }
+}
+
 /// The listening loop: connect, LISTEN, take the runner lock, count notifications; on any
 /// failure, mark everything changed and try again a second later.
 async fn listen(
     config: tokio_postgres::Config,
+    tls: Tls,
     state: Arc<State>,
     runner_lock: i64,
     up: Arc<watch::Sender<bool>>,
 ) {
     loop {
-        if let Ok((client, mut connection)) = config.connect(NoTls).await {
-            let (sender, mut channels) = tokio::sync::mpsc::unbounded_channel::<String>();
-            let driver = tokio::spawn(async move {
-                let mut messages = futures::stream::poll_fn(move |cx| connection.poll_message(cx));
-                while let Some(Ok(message)) = messages.next().await {
-                    if let AsyncMessage::Notification(n) = message
-                        && sender.send(n.channel().to_string()).is_err()
-                    {
-                        break;
-                    }
-                }
-            });
+        let (sender, mut channels) = tokio::sync::mpsc::unbounded_channel::<String>();
+        let connected = match &tls {
+            Tls::Plain => config
+                .connect(NoTls)
+                .await
+                .map(|(client, connection)| (client, tokio::spawn(forward(connection, sender)))),
+            Tls::Verified(connect) => config
+                .connect(connect.clone())
+                .await
+                .map(|(client, connection)| (client, tokio::spawn(forward(connection, sender)))),
+        };
+        if let Ok((client, driver)) = connected {
             let listening = client
                 .batch_execute(&format!("LISTEN {JOBS_CHANNEL}; LISTEN {TOKENS_CHANNEL};"))
                 .await

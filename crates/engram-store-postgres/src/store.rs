@@ -13,6 +13,7 @@ use tokio_postgres::NoTls;
 use crate::error::{describe_config, from_pg, from_pool};
 use crate::notify::Notices;
 use crate::schema::{APPLICATION, MIGRATION_LOCK, MIGRATIONS, latest_version};
+use crate::tls::Tls;
 
 /// How a PostgreSQL store is opened.
 #[derive(Debug, Clone)]
@@ -30,6 +31,9 @@ pub struct PgOptions {
     pub exact_max_scope: u64,
     /// Length of the HNSW search's candidate list (`hnsw.ef_search`) for large scopes.
     pub ef_search: usize,
+    /// Extra trusted roots (a PEM file) for a database whose certificate a private CA signed;
+    /// used with `sslmode=require` (see tls.rs).
+    pub ca_file: Option<std::path::PathBuf>,
 }
 
 impl Default for PgOptions {
@@ -41,6 +45,7 @@ impl Default for PgOptions {
             clock: Arc::new(SystemClock),
             exact_max_scope: 20_000,
             ef_search: 256,
+            ca_file: None,
         }
     }
 }
@@ -170,14 +175,15 @@ impl PgStore {
             config.application_name("engram");
         }
         let location = describe_config(&config);
-        let notices = Notices::new(config.clone());
-        let manager = Manager::from_config(
-            config,
-            NoTls,
-            ManagerConfig {
-                recycling_method: RecyclingMethod::Fast,
-            },
-        );
+        let tls = Tls::for_config(&config, options.ca_file.as_deref())?;
+        let notices = Notices::new(config.clone(), tls.clone());
+        let recycling = ManagerConfig {
+            recycling_method: RecyclingMethod::Fast,
+        };
+        let manager = match tls {
+            Tls::Plain => Manager::from_config(config, NoTls, recycling),
+            Tls::Verified(connect) => Manager::from_config(config, connect, recycling),
+        };
         let pool = Pool::builder(manager)
             .max_size(options.pool_size.max(1))
             .runtime(Runtime::Tokio1)

@@ -117,15 +117,20 @@ pub struct PrivateServer {
 }
 
 impl PrivateServer {
-    /// Creates a cluster and starts it.
+    /// Creates a cluster of PostgreSQL 16 and starts it.
     pub fn start() -> Self {
-        let bin =
-            std::path::PathBuf::from(std::env::var("ENGRAM_TEST_PG_BIN").unwrap_or_else(|_| {
-                panic!(
-                    "ENGRAM_TEST_PG_BIN is not set: run the tests through scripts/test.sh, or \
-                     first eval \"$(scripts/setup-postgres.sh start)\""
-                )
-            }));
+        Self::start_from("ENGRAM_TEST_PG_BIN")
+    }
+
+    /// Creates a cluster with the binaries in the folder the environment variable `bin_var`
+    /// names, and starts it.
+    pub fn start_from(bin_var: &str) -> Self {
+        let bin = std::path::PathBuf::from(std::env::var(bin_var).unwrap_or_else(|_| {
+            panic!(
+                "{bin_var} is not set: run the tests through scripts/test.sh, or first \
+                 eval \"$(scripts/setup-postgres.sh start)\""
+            )
+        }));
         let os_user = std::env::var("ENGRAM_TEST_PG_OS_USER").unwrap_or_default();
         let dir = tempfile::Builder::new()
             .prefix("engram-pg-")
@@ -164,6 +169,32 @@ impl PrivateServer {
         std::io::Write::write_all(&mut file, conf.as_bytes()).unwrap();
         server.resume();
         server
+    }
+
+    /// The folder the server's files are in (readable by the server).
+    pub fn folder(&self) -> &std::path::Path {
+        self.dir.path()
+    }
+
+    /// Adds lines to the server's configuration (read at the next start).
+    pub fn configure(&self, lines: &str) {
+        let mut file = std::fs::OpenOptions::new()
+            .append(true)
+            .open(format!("{}/postgresql.conf", self.data()))
+            .unwrap();
+        std::io::Write::write_all(&mut file, format!("\n{lines}\n").as_bytes()).unwrap();
+    }
+
+    /// Gives a file in [`PrivateServer::folder`] to the server's system user.
+    pub fn give(&self, file: &std::path::Path) {
+        if !self.os_user.is_empty() {
+            let status = std::process::Command::new("chown")
+                .arg(&self.os_user)
+                .arg(file)
+                .status()
+                .unwrap();
+            assert!(status.success());
+        }
     }
 
     fn data(&self) -> String {
