@@ -38,7 +38,7 @@ mod transfer;
 mod vectors;
 
 pub use error::describe_url;
-pub use store::{DenseSearch, PgOptions, PgStore};
+pub use store::{DenseSearch, PgOptions, PgStore, fresh_schema};
 
 /// The engine's name in statistics and messages.
 pub const ENGINE: &str = "postgresql";

@@ -395,3 +395,53 @@ async fn settled_dense_search(
     }
     crate::vectors::current_dense_search(client, location).await
 }
+
+/// Makes `schema` an empty schema of the database at `url` (dropping whatever it held) and
+/// returns the URL of a store in it: for benchmarks and tests that want a fresh store each
+/// time in a database they were given. The schema name is letters, digits and `_`.
+pub async fn fresh_schema(url: &str, schema: &str) -> Result<String, StoreError> {
+    if schema.is_empty()
+        || !schema
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || c == '_')
+    {
+        return Err(StoreError::BadQuery(format!(
+            "'{schema}' is not a plain schema name (letters, digits, _)"
+        )));
+    }
+    let config: tokio_postgres::Config = url.parse().map_err(|e| {
+        StoreError::Backend(format!("the database URL is not a PostgreSQL URL: {e}"))
+    })?;
+    let location = describe_config(&config);
+    let tls = Tls::for_config(&config, None)?;
+    let client = match tls {
+        Tls::Plain => {
+            let (client, connection) = config
+                .connect(NoTls)
+                .await
+                .map_err(|e| from_pg(&e, &location))?;
+            tokio::spawn(connection);
+            client
+        }
+        Tls::Verified(connect) => {
+            let (client, connection) = config
+                .connect(connect)
+                .await
+                .map_err(|e| from_pg(&e, &location))?;
+            tokio::spawn(connection);
+            client
+        }
+    };
+    client
+        .batch_execute(&format!(
+            "DROP SCHEMA IF EXISTS {schema} CASCADE; CREATE SCHEMA {schema};"
+        ))
+        .await
+        .map_err(|e| from_pg(&e, &location))?;
+    // pgvector, once installed in the database, stays in `public`; the store's tables go in
+    // the schema named first.
+    let separator = if url.contains('?') { '&' } else { '?' };
+    Ok(format!(
+        "{url}{separator}options=-csearch_path%3D{schema}%2Cpublic"
+    ))
+}

@@ -45,6 +45,11 @@ pub(crate) async fn current_dense_search(
             available: None,
             ..
         } => Some(no_pgvector()),
+        DenseFacts {
+            column_is_vector: false,
+            hidden_in: Some(_),
+            ..
+        } => None,
         _ => None,
     })
 }
@@ -59,6 +64,11 @@ struct DenseFacts {
     column_is_vector: bool,
     installed: Option<String>,
     available: Option<String>,
+    /// The schema pgvector is installed in, when this connection's search_path cannot see it.
+    hidden_in: Option<String>,
+    /// Whether `public` is on the search_path (pgvector goes there, to be shared by stores in
+    /// other schemas).
+    public_on_path: bool,
 }
 
 async fn dense_facts(
@@ -72,15 +82,23 @@ async fn dense_facts(
               WHERE a.attrelid = to_regclass(format('%I.embeddings', current_schema())) \
               AND a.attname = 'vector'), \
              (SELECT extversion FROM pg_extension WHERE extname = 'vector'), \
-             (SELECT default_version FROM pg_available_extensions WHERE name = 'vector')",
+             (SELECT default_version FROM pg_available_extensions WHERE name = 'vector'), \
+             to_regtype('vector') IS NOT NULL, \
+             (SELECT n.nspname FROM pg_extension e JOIN pg_namespace n \
+              ON n.oid = e.extnamespace WHERE e.extname = 'vector'), \
+             'public' = ANY(current_schemas(false))",
             &[],
         )
         .await
         .map_err(|e| from_pg(&e, location))?;
+    let visible: bool = row.get(3);
+    let schema: Option<String> = row.get(4);
     Ok(DenseFacts {
         column_is_vector: row.get::<_, Option<String>>(0).as_deref() == Some("vector"),
         installed: row.get(1),
         available: row.get(2),
+        hidden_in: schema.filter(|_| !visible),
+        public_on_path: row.get(5),
     })
 }
 
@@ -92,6 +110,16 @@ pub(crate) async fn settle_dense_search(
 ) -> Result<DenseSearch, StoreError> {
     let map = |e: tokio_postgres::Error| from_pg(&e, location);
     let facts = dense_facts(tx, location).await?;
+    if let Some(schema) = &facts.hidden_in
+        && !facts.column_is_vector
+    {
+        return Ok(DenseSearch::Exact {
+            reason: format!(
+                "pgvector is installed in schema {schema}, which is not on this connection's \
+                 search_path"
+            ),
+        });
+    }
     if facts.column_is_vector {
         return Ok(DenseSearch::Pgvector {
             version: facts.installed.unwrap_or_default(),
@@ -105,10 +133,13 @@ pub(crate) async fn settle_dense_search(
         tx.batch_execute("SAVEPOINT engram_pgvector")
             .await
             .map_err(map)?;
-        if let Err(e) = tx
-            .batch_execute("CREATE EXTENSION IF NOT EXISTS vector")
-            .await
-        {
+        // In `public` when it is on the path, so that stores in other schemas share it.
+        let create = if facts.public_on_path {
+            "CREATE EXTENSION IF NOT EXISTS vector SCHEMA public"
+        } else {
+            "CREATE EXTENSION IF NOT EXISTS vector"
+        };
+        if let Err(e) = tx.batch_execute(create).await {
             tx.batch_execute("ROLLBACK TO SAVEPOINT engram_pgvector")
                 .await
                 .map_err(map)?;

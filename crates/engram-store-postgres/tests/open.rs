@@ -264,3 +264,38 @@ async fn vectors_stored_without_pgvector_move_to_it_when_it_can_be_installed() {
     let models = store.vector_models().await.unwrap();
     assert_eq!(models[0].vectors, 2);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn one_database_holds_a_store_per_schema() {
+    let db = TestDb::new(Server::Pgvector).await;
+    let team_a = engram_store_postgres::fresh_schema(&db.url, "team_a")
+        .await
+        .unwrap();
+    let team_b = engram_store_postgres::fresh_schema(&db.url, "team_b")
+        .await
+        .unwrap();
+    let a = open(&team_a).await.unwrap();
+    let b = open(&team_b).await.unwrap();
+    a.add(
+        NewMemory::new(Scope::user("alice"), "only in team a"),
+        "test",
+    )
+    .await
+    .unwrap();
+    assert_eq!(a.count(&Filter::user("alice")).await.unwrap(), 1);
+    assert_eq!(b.count(&Filter::user("alice")).await.unwrap(), 0);
+    assert!(a.dense_search().describe().starts_with("pgvector"));
+    assert!(b.dense_search().describe().starts_with("pgvector"));
+    // Starting over empties the schema.
+    drop(a);
+    let again = engram_store_postgres::fresh_schema(&db.url, "team_a")
+        .await
+        .unwrap();
+    let a = open(&again).await.unwrap();
+    assert_eq!(a.count(&Filter::user("alice")).await.unwrap(), 0);
+    assert!(
+        engram_store_postgres::fresh_schema(&db.url, "bad; name")
+            .await
+            .is_err()
+    );
+}
