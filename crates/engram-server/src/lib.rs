@@ -29,6 +29,7 @@ pub mod mem0;
 pub mod openapi;
 pub mod serve;
 pub mod service;
+pub mod ui;
 
 pub use error::{ApiError, ErrorCode};
 pub use serve::{ServeError, ServeOptions, Server, Stores, shutdown_signal};

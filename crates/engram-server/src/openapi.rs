@@ -321,6 +321,7 @@ fn paths(list_params: Vec<Value>, session_params: Vec<Value>) -> Value {
                 "parameters": session_params,
                 "responses": with_errors(json!({"200": json_ok("A page of the session's memories.", "MemoryPage")}), &[400, 401, 403, 404, 503])
             }}));
+    inspector_paths(&mut paths);
     Value::Object(paths)
 }
 
@@ -381,7 +382,17 @@ fn schemas(codes: Vec<&str>, new_memory: Value, add_request: Value) -> Value {
                 }}));
     schemas.insert("Hit".into(), json!({"allOf": [{"$ref": "#/components/schemas/Memory"}, {"type": "object", "required": ["score"], "properties": {
                     "score": {"type": "number"},
-                    "explain": {"type": "object", "properties": {"bm25": {"type": "number"}, "lexical_rank": {"type": "integer"}}}
+                    "explain": {"type": "object", "description": "With explain: true.", "properties": {
+                        "profile": {"type": "string"},
+                        "bm25": {"type": "number"}, "lexical_rank": {"type": "integer"},
+                        "similarity": {"type": "number"}, "dense_rank": {"type": "integer"},
+                        "relevance": {"type": "number"}, "recency": {"type": "number"}, "importance": {"type": "number"},
+                        "time_match": {"type": "string"},
+                        "contributions": {"type": "object", "description": "The score taken apart: each part weighted by the ranking profile; they sum to the score.", "properties": {
+                            "lexical": {"type": "number"}, "dense": {"type": "number"}, "recency": {"type": "number"},
+                            "importance": {"type": "number"}, "time_match": {"type": "number"}
+                        }}
+                    }}
                 }}]}));
     schemas.insert("SearchResult".into(), json!({"type": "object", "required": ["results"], "properties": {"results": {"type": "array", "items": {"$ref": "#/components/schemas/Hit"}}}}));
     schemas.insert("MemoryPage".into(), json!({"type": "object", "required": ["memories", "limit", "offset"], "properties": {
@@ -412,7 +423,113 @@ fn schemas(codes: Vec<&str>, new_memory: Value, add_request: Value) -> Value {
                     "first_at": {"type": "string", "format": "date-time"}, "last_at": {"type": "string", "format": "date-time"}
                 }}}}}));
     schemas.insert("Health".into(), json!({"type": "object", "required": ["status", "version"], "properties": {"status": {"const": "ok"}, "version": {"type": "string"}}}));
+    inspector_schemas(&mut schemas);
     Value::Object(schemas)
+}
+
+/// The routes that look at a user's memory as a whole (the inspector at /ui/ uses them).
+fn inspector_paths(paths: &mut serde_json::Map<String, Value>) {
+    let user = || {
+        query(
+            "user_id",
+            "Whose memory (required).",
+            true,
+            json!({"type": "string"}),
+        )
+    };
+    paths.insert("/v1/users".into(), json!({"get": {
+                "summary": "The users this caller may see, with how many memories each has (every user with memories for a local caller without a token; a token's own users otherwise), and how the caller is signed in.",
+                "operationId": "listUsers",
+                "responses": with_errors(json!({"200": json_ok("The users, by id.", "UserList")}), &[400, 401, 403, 503])
+            }}));
+    let mut profile_params = vec![user()];
+    profile_params.extend(page_parameters());
+    paths.insert("/v1/profile".into(), json!({"get": {
+                "summary": "A user's current facts and preferences, newest first, a page at a time; each with the earlier values it replaced (closed entries with the same metadata key, compared without case; the newest 10,000 profile memories of each kind are searched for them).",
+                "operationId": "getProfile",
+                "parameters": profile_params,
+                "responses": with_errors(json!({"200": json_ok("A page of the profile.", "ProfilePage")}), &[400, 401, 403, 503])
+            }}));
+    let mut timeline_params = filter_parameters();
+    timeline_params.push(query(
+        "tz",
+        "The time zone days are cut in: an IANA name such as Europe/Lisbon, or UTC (the default).",
+        false,
+        json!({"type": "string"}),
+    ));
+    paths.insert("/v1/timeline".into(), json!({"get": {
+                "summary": "How many of a user's memories match the filters, per day of creation and kind, oldest day first; days without memories are left out.",
+                "operationId": "getTimeline",
+                "parameters": timeline_params,
+                "responses": with_errors(json!({"200": json_ok("Memories per day.", "Timeline")}), &[400, 401, 403, 503])
+            }}));
+    paths.insert("/v1/graph".into(), json!({"get": {
+                "summary": "A user's knowledge graph (what the MCP graph tools build): every entity with its observations and every relation; with query, the entities that best match it (and the relations touching them), as the search_nodes tool answers.",
+                "operationId": "getGraph",
+                "parameters": [
+                    user(),
+                    query("query", "Only the entities that best match these words.", false, json!({"type": "string"})),
+                    query("limit", "With query: most entities (1-100, default 10).", false, json!({"type": "integer", "minimum": 1, "maximum": 100}))
+                ],
+                "responses": with_errors(json!({"200": json_ok("The graph.", "KnowledgeGraph")}), &[400, 401, 403, 503])
+            }}));
+    paths.insert("/v1/import".into(), json!({"post": {
+                "summary": "Import a JSONL file of memories (the format /v1/export and engram export write; the lines engram import reads), in transactions of up to 10,000 lines. Bad lines are named and skipped, good ones kept; the same text in the same scope is stored once.",
+                "operationId": "importMemories",
+                "parameters": [query("user_id", "The user being imported: lines without user_id are theirs, lines naming another user are rejected. Without it, every line names its user.", false, json!({"type": "string"}))],
+                "requestBody": {"required": true, "content": {"application/x-ndjson": {"schema": {"$ref": "#/components/schemas/ImportLine"}}}},
+                "responses": with_errors(json!({"200": json_ok("What happened, with the rejected lines.", "ImportResult")}), &[400, 401, 403, 413, 415, 503])
+            }}));
+}
+
+fn inspector_schemas(schemas: &mut serde_json::Map<String, Value>) {
+    schemas.insert("UserList".into(), json!({"type": "object", "required": ["access", "users"], "properties": {
+                    "access": {"type": "string", "enum": ["local", "token"], "description": "local: no token (loopback, none configured), every user; token: the token's users."},
+                    "token_id": {"type": ["string", "null"]},
+                    "users": {"type": "array", "items": {"type": "object", "required": ["user_id", "memories"], "properties": {
+                        "user_id": {"type": "string"},
+                        "memories": {"type": "integer", "description": "Current and closed."}
+                    }}}
+                }}));
+    schemas.insert("ProfileEntry".into(), json!({"allOf": [{"$ref": "#/components/schemas/Memory"}, {"type": "object", "required": ["supersedes"], "properties": {
+                    "supersedes": {"type": "array", "description": "Earlier values of the same key, latest closed first.", "items": {"$ref": "#/components/schemas/Memory"}}
+                }}]}));
+    schemas.insert("ProfilePage".into(), json!({"type": "object", "required": ["user_id", "entries", "total", "limit", "offset"], "properties": {
+                    "user_id": {"type": "string"},
+                    "entries": {"type": "array", "items": {"$ref": "#/components/schemas/ProfileEntry"}},
+                    "total": {"type": "integer", "description": "Current facts and preferences in all."},
+                    "limit": {"type": "integer"}, "offset": {"type": "integer"},
+                    "next_cursor": {"type": ["string", "null"]},
+                    "next": {"type": ["string", "null"]}
+                }}));
+    schemas.insert("Timeline".into(), json!({"type": "object", "required": ["user_id", "time_zone", "total", "days"], "properties": {
+                    "user_id": {"type": "string"}, "time_zone": {"type": "string"}, "total": {"type": "integer"},
+                    "days": {"type": "array", "items": {"type": "object", "required": ["day", "total", "kinds"], "properties": {
+                        "day": {"type": "string", "format": "date"},
+                        "total": {"type": "integer"},
+                        "kinds": {"type": "object", "description": "Memories per kind that day.", "additionalProperties": {"type": "integer"}}
+                    }}}
+                }}));
+    schemas.insert("KnowledgeGraph".into(), json!({"type": "object", "required": ["entities", "relations"], "properties": {
+                    "entities": {"type": "array", "items": {"type": "object", "required": ["name", "entityType", "observations"], "properties": {
+                        "name": {"type": "string"}, "entityType": {"type": "string"},
+                        "observations": {"type": "array", "items": {"type": "string"}}
+                    }}},
+                    "relations": {"type": "array", "items": {"type": "object", "required": ["from", "to", "relationType"], "properties": {
+                        "from": {"type": "string"}, "to": {"type": "string"}, "relationType": {"type": "string"}
+                    }}}
+                }}));
+    schemas.insert("ImportLine".into(), json!({"type": "object", "required": ["text"], "description": "One line: the fields of NewMemory plus those export writes (id, updated_at, valid_from, valid_to, source, content_hash); unknown fields are refused.", "properties": {
+                    "id": {"type": "string", "format": "uuid"}, "user_id": {"type": "string"}, "text": {"type": "string"},
+                    "kind": {"$ref": "#/components/schemas/Kind"}, "valid_to": {"type": "string", "format": "date-time"}
+                }}));
+    schemas.insert("ImportResult".into(), json!({"type": "object", "required": ["added", "duplicates", "rejected", "errors"], "properties": {
+                    "added": {"type": "integer"}, "duplicates": {"type": "integer"}, "rejected": {"type": "integer"},
+                    "errors": {"type": "array", "items": {"type": "object", "required": ["line", "error"], "properties": {
+                        "line": {"type": "integer", "description": "1-based line number."},
+                        "error": {"type": "object", "properties": {"code": {"type": "string"}, "message": {"type": "string"}}}
+                    }}}
+                }}));
 }
 
 #[cfg(test)]

@@ -11,13 +11,14 @@ use std::sync::Arc;
 
 use engram_core::store::MemoryPatch;
 use engram_core::{
-    AddOutcome, BlockingMemoryStore, ChatModel, Filter, HistoryEvent, Memory, MemoryId, Message,
-    NewMemory, Scope, StoreError,
+    AddOutcome, BlockingMemoryStore, ChatModel, DayCount, Filter, HistoryEvent, Memory, MemoryId,
+    Message, NewMemory, Scope, StoreError, UserCount,
 };
 use engram_memory::manager::{ExtractionReport, ManagerConfig, MemoryError, MemoryManager};
 use engram_memory::{SearchRequest, SearchResults, Searcher};
 use engram_store_sqlite::tokens::TokenStore;
 use jiff::Timestamp;
+use jiff::tz::TimeZone;
 use serde::Serialize;
 use tokio::sync::{Semaphore, mpsc};
 
@@ -370,6 +371,41 @@ impl MemoryService {
             Ok(list)
         })
         .await
+    }
+
+    /// The users the caller may see, with how many memories each has: every user with
+    /// memories for a local caller, the token's own users (with none or some) otherwise.
+    pub async fn users(&self, access: &Access) -> Result<Vec<UserCount>, ApiError> {
+        let access = access.clone();
+        self.run(move |s| match &access {
+            Access::Local => Ok(s.store.users()?),
+            Access::Token { users, .. } => users
+                .iter()
+                .map(|user| {
+                    let all = Filter {
+                        include_closed: true,
+                        ..Filter::user(user.clone())
+                    };
+                    Ok(UserCount {
+                        user_id: user.clone(),
+                        memories: s.store.count(&all)?,
+                    })
+                })
+                .collect(),
+        })
+        .await
+    }
+
+    /// How many memories match the filter, per day (in `time_zone`) and kind.
+    pub async fn count_by_day(
+        &self,
+        access: &Access,
+        filter: Filter,
+        time_zone: TimeZone,
+    ) -> Result<Vec<DayCount>, ApiError> {
+        access.require(&filter.user_id)?;
+        self.run(move |s| Ok(s.store.count_by_day(&filter, &time_zone)?))
+            .await
     }
 
     /// Runs a knowledge-graph operation for a user the caller may touch.

@@ -627,7 +627,7 @@ pub(crate) fn page_from_query(query: &QueryPairs) -> Result<(usize, usize), ApiE
 }
 
 /// Cursors are offsets in a form callers are not tempted to compute with.
-fn encode_cursor(offset: usize) -> String {
+pub(crate) fn encode_cursor(offset: usize) -> String {
     format!("o{offset:x}")
 }
 

@@ -16,9 +16,17 @@
 //! | `GET /v1/export` | one user's memories as JSONL, streamed |
 //! | `GET /v1/sessions` | the sessions one user's memories belong to |
 //! | `GET /v1/sessions/{session_id}` | one session's memories |
+//! | `GET /v1/users` | the users the caller may see, with memory counts |
+//! | `GET /v1/profile` | current facts and preferences, each with the values it replaced |
+//! | `GET /v1/timeline` | memories per day and kind |
+//! | `GET /v1/graph` | the knowledge graph (entities, observations, relations) |
+//! | `POST /v1/import` | a JSONL file of memories (as export writes it) |
+//! | `/ui/` | the memory inspector, a web page over this API (no token needed to load it) |
 //! | `/mcp` | the MCP server over streamable HTTP (same tokens) |
 //! | `/memories`, `/search`, `/v1/.../`, `/v3/.../` | Mem0's APIs ([`crate::mem0`]) |
 
+mod import;
+mod inspect;
 mod memories;
 mod sessions;
 
@@ -89,7 +97,15 @@ pub fn router(
         .route("/v1/memories/{id}/history", get(memories::history))
         .route("/v1/export", get(memories::export))
         .route("/v1/sessions", get(sessions::list))
-        .route("/v1/sessions/{session_id}", get(sessions::get_one));
+        .route("/v1/sessions/{session_id}", get(sessions::get_one))
+        .route("/v1/users", get(inspect::users))
+        .route("/v1/profile", get(inspect::profile))
+        .route("/v1/timeline", get(inspect::timeline))
+        .route("/v1/graph", get(inspect::graph))
+        .route(
+            "/v1/import",
+            post(import::import).layer(DefaultBodyLimit::max(limits.batch)),
+        );
     let mut protected = v1;
     if let Some(mcp) = mcp {
         protected = protected.merge(mcp);
@@ -99,7 +115,8 @@ pub fn router(
     let mut app = Router::new()
         .route("/health", get(health))
         .route("/openapi.json", get(openapi))
-        .merge(protected);
+        .merge(protected)
+        .merge(crate::ui::router());
     if let Some(mem0) = mem0 {
         app = app.merge(mem0);
     }
