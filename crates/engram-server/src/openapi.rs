@@ -310,7 +310,7 @@ fn paths(list_params: Vec<Value>, session_params: Vec<Value>) -> Value {
                 "responses": with_errors(json!({"200": {"description": "One Memory per line.", "content": {"application/x-ndjson": {"schema": {"$ref": "#/components/schemas/Memory"}}}}}), &[400, 401, 403, 503])
             }}));
     paths.insert("/v1/sessions".into(), json!({"get": {
-                "summary": "The sessions a user's memories belong to, most recent first. (A session here is the memories that carry its session_id; the agent's conversation files are listed by engram sessions.)",
+                "summary": "A user's sessions, most recent first: the agent's conversations kept for that user (transcript: true) and the session ids their memories carry.",
                 "operationId": "listSessions",
                 "parameters": [query("user_id", "Whose sessions (required).", true, json!({"type": "string"}))],
                 "responses": with_errors(json!({"200": json_ok("The sessions.", "SessionList")}), &[400, 401, 403, 503])
@@ -420,6 +420,8 @@ fn schemas(codes: Vec<&str>, new_memory: Value, add_request: Value) -> Value {
                 }}}}}));
     schemas.insert("SessionList".into(), json!({"type": "object", "required": ["sessions"], "properties": {"sessions": {"type": "array", "items": {"type": "object", "properties": {
                     "session_id": {"type": "string"}, "user_id": {"type": "string"}, "memories": {"type": "integer"},
+                    "messages": {"type": "integer", "description": "Messages in the transcript (0 without one)."},
+                    "transcript": {"type": "boolean", "description": "Whether the agent kept the conversation (see /v1/sessions/{session_id}/messages)."},
                     "first_at": {"type": "string", "format": "date-time"}, "last_at": {"type": "string", "format": "date-time"}
                 }}}}}));
     schemas.insert("Health".into(), json!({"type": "object", "required": ["status", "version"], "properties": {"status": {"const": "ok"}, "version": {"type": "string"}}}));
@@ -445,7 +447,7 @@ fn inspector_paths(paths: &mut serde_json::Map<String, Value>) {
     let mut profile_params = vec![user()];
     profile_params.extend(page_parameters());
     paths.insert("/v1/profile".into(), json!({"get": {
-                "summary": "A user's current facts and preferences, newest first, a page at a time; each with the earlier values it replaced (closed entries with the same metadata key, compared without case; the newest 10,000 profile memories of each kind are searched for them).",
+                "summary": "A user's current facts and preferences (not the knowledge graph's own memories, categories graph_entity and graph_observation), newest first, a page at a time; each with the earlier values it replaced (closed entries with the same metadata key, compared without case; the newest 10,000 profile memories of each kind are searched for them).",
                 "operationId": "getProfile",
                 "parameters": profile_params,
                 "responses": with_errors(json!({"200": json_ok("A page of the profile.", "ProfilePage")}), &[400, 401, 403, 503])
@@ -473,6 +475,17 @@ fn inspector_paths(paths: &mut serde_json::Map<String, Value>) {
                 ],
                 "responses": with_errors(json!({"200": json_ok("The graph.", "KnowledgeGraph")}), &[400, 401, 403, 503])
             }}));
+    let mut transcript_params = vec![
+        json!({"name": "session_id", "in": "path", "required": true, "description": "The session key, channel:chat_id.", "schema": {"type": "string"}}),
+        user(),
+    ];
+    transcript_params.extend(page_parameters());
+    paths.insert("/v1/sessions/{session_id}/messages".into(), json!({"get": {
+                "summary": "One conversation's messages as the agent kept them, oldest first, a page at a time: user and assistant messages, the assistant's tool calls and the tools' results.",
+                "operationId": "getSessionMessages",
+                "parameters": transcript_params,
+                "responses": with_errors(json!({"200": json_ok("A page of the conversation.", "MessagePage")}), &[400, 401, 403, 404, 503])
+            }}));
     paths.insert("/v1/import".into(), json!({"post": {
                 "summary": "Import a JSONL file of memories (the format /v1/export and engram export write; the lines engram import reads), in transactions of up to 10,000 lines. Bad lines are named and skipped, good ones kept; the same text in the same scope is stored once.",
                 "operationId": "importMemories",
@@ -483,6 +496,21 @@ fn inspector_paths(paths: &mut serde_json::Map<String, Value>) {
 }
 
 fn inspector_schemas(schemas: &mut serde_json::Map<String, Value>) {
+    schemas.insert("MessagePage".into(), json!({"type": "object", "required": ["session_id", "user_id", "total", "messages", "limit", "offset"], "properties": {
+                    "session_id": {"type": "string"}, "user_id": {"type": "string"},
+                    "total": {"type": "integer", "description": "Messages in the conversation."},
+                    "messages": {"type": "array", "items": {"type": "object", "required": ["index", "timestamp", "role"], "properties": {
+                        "index": {"type": "integer"},
+                        "timestamp": {"type": "string", "format": "date-time"},
+                        "role": {"type": "string", "enum": ["system", "user", "assistant", "tool"]},
+                        "content": {"type": "string"},
+                        "tool_calls": {"type": "array", "items": {"type": "object", "properties": {"id": {"type": "string"}, "name": {"type": "string"}, "arguments": {"type": "string", "description": "As the model wrote them (normally JSON)."}}}},
+                        "tool_call_id": {"type": "string"},
+                        "is_error": {"type": "boolean"}
+                    }}},
+                    "limit": {"type": "integer"}, "offset": {"type": "integer"},
+                    "next_cursor": {"type": ["string", "null"]}, "next": {"type": ["string", "null"]}
+                }}));
     schemas.insert("UserList".into(), json!({"type": "object", "required": ["access", "users"], "properties": {
                     "access": {"type": "string", "enum": ["local", "token"], "description": "local: no token (loopback, none configured), every user; token: the token's users."},
                     "token_id": {"type": ["string", "null"]},

@@ -9,6 +9,7 @@ use std::time::Duration;
 use axum::Router;
 use engram_core::BlockingMemoryStore;
 use engram_memory::Searcher;
+use engram_memory::session::SessionStore;
 use engram_store_sqlite::graph::GraphStore;
 use engram_store_sqlite::tokens::TokenStore;
 use engram_store_sqlite::{SqliteStore, StoreOptions};
@@ -118,6 +119,9 @@ pub struct ServeOptions {
     pub concurrency: usize,
     /// Extraction from messages (`infer: true`); `None` answers such requests 501.
     pub extraction: Option<Extraction>,
+    /// The agent's conversations (`ENGRAM_HOME/sessions`), whose transcripts the sessions
+    /// routes show; `None` shows sessions through their memories only.
+    pub transcripts: Option<SessionStore>,
 }
 
 impl ServeOptions {
@@ -129,6 +133,7 @@ impl ServeOptions {
             settings,
             concurrency: default_concurrency(),
             extraction: None,
+            transcripts: None,
         }
     }
 }
@@ -164,7 +169,8 @@ impl Server {
         }
         let service = stores
             .service(options.concurrency)
-            .with_extraction(options.extraction.clone());
+            .with_extraction(options.extraction.clone())
+            .with_transcripts(options.transcripts.clone());
         let shutdown = CancellationToken::new();
         let mcp = http_router(
             service.clone(),

@@ -15,6 +15,7 @@ use engram_core::{
     Message, NewMemory, Scope, StoreError, UserCount,
 };
 use engram_memory::manager::{ExtractionReport, ManagerConfig, MemoryError, MemoryManager};
+use engram_memory::session::{SessionInfo, SessionKey, SessionLog, SessionStore};
 use engram_memory::{SearchRequest, SearchResults, Searcher};
 use engram_store_sqlite::tokens::TokenStore;
 use jiff::Timestamp;
@@ -38,6 +39,7 @@ pub struct MemoryService {
     knowledge: KnowledgeBase,
     gate: Arc<Semaphore>,
     extraction: Option<Arc<Extraction>>,
+    transcripts: Option<SessionStore>,
 }
 
 /// What extraction from messages (`infer: true`) needs: the model, the workspace whose
@@ -67,18 +69,23 @@ impl std::fmt::Debug for MemoryService {
     }
 }
 
-/// One session as the memories know it (memories that carry its `session_id`).
+/// One session of a user: the agent's conversation (its transcript), the memories that carry
+/// its `session_id`, or both.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct SessionSummary {
-    /// The session's id.
+    /// The session's id (the agent's session key, `channel:chat_id`).
     pub session_id: String,
     /// The user it belongs to.
     pub user_id: String,
-    /// How many memories it holds (current and closed).
+    /// How many memories carry its id (current and closed).
     pub memories: u64,
-    /// The oldest memory's time.
+    /// How many messages its transcript holds (0 without one).
+    pub messages: u64,
+    /// Whether the agent kept its transcript (see `/v1/sessions/{id}/messages`).
+    pub transcript: bool,
+    /// The oldest memory's or message's time.
     pub first_at: Timestamp,
-    /// The newest memory's time.
+    /// The newest.
     pub last_at: Timestamp,
 }
 
@@ -106,7 +113,15 @@ impl MemoryService {
             knowledge,
             gate: Arc::new(Semaphore::new(concurrency.max(1))),
             extraction: None,
+            transcripts: None,
         }
+    }
+
+    /// The service with the agent's conversations (their transcripts) read from `sessions`;
+    /// without, sessions are known only through the memories that name them.
+    pub fn with_transcripts(mut self, sessions: Option<SessionStore>) -> Self {
+        self.transcripts = sessions;
+        self
     }
 
     /// The service with extraction from messages (`infer: true`) through `extraction`.
@@ -353,6 +368,8 @@ impl MemoryService {
                             session_id: session.clone(),
                             user_id: memory.scope.user_id.clone(),
                             memories: 0,
+                            messages: 0,
+                            transcript: false,
                             first_at: memory.created_at,
                             last_at: memory.created_at,
                         });
@@ -362,6 +379,26 @@ impl MemoryService {
                 }
                 Ok(())
             })?;
+            for info in s.user_transcripts(&user_id)? {
+                let (Some(first), Some(last)) = (info.created_at, info.updated_at) else {
+                    continue;
+                };
+                let entry = sessions
+                    .entry(info.key.as_str().to_string())
+                    .or_insert_with(|| SessionSummary {
+                        session_id: info.key.as_str().to_string(),
+                        user_id: user_id.clone(),
+                        memories: 0,
+                        messages: 0,
+                        transcript: true,
+                        first_at: first,
+                        last_at: last,
+                    });
+                entry.transcript = true;
+                entry.messages = info.messages as u64;
+                entry.first_at = entry.first_at.min(first);
+                entry.last_at = entry.last_at.max(last);
+            }
             let mut list: Vec<SessionSummary> = sessions.into_values().collect();
             list.sort_by(|a, b| {
                 b.last_at
@@ -371,6 +408,43 @@ impl MemoryService {
             Ok(list)
         })
         .await
+    }
+
+    /// The transcript of one of a user's conversations; `None` when the agent kept none for
+    /// that user under this key.
+    pub async fn transcript(
+        &self,
+        access: &Access,
+        user_id: String,
+        key: String,
+    ) -> Result<Option<SessionLog>, ApiError> {
+        access.require(&user_id)?;
+        self.run(move |s| {
+            let Some(store) = &s.transcripts else {
+                return Ok(None);
+            };
+            let Ok(key) = SessionKey::parse(&key) else {
+                return Ok(None);
+            };
+            let log = store
+                .load(&key)
+                .map_err(|e| ApiError::internal(e.to_string()))?;
+            Ok(log.filter(|log| log.user() == Some(user_id.as_str())))
+        })
+        .await
+    }
+
+    /// The user's conversations the agent kept (blocking).
+    fn user_transcripts(&self, user_id: &str) -> Result<Vec<SessionInfo>, ApiError> {
+        let Some(store) = &self.transcripts else {
+            return Ok(Vec::new());
+        };
+        Ok(store
+            .list()
+            .map_err(|e| ApiError::internal(e.to_string()))?
+            .into_iter()
+            .filter(|info| info.user.as_deref() == Some(user_id))
+            .collect())
     }
 
     /// The users the caller may see, with how many memories each has: every user with

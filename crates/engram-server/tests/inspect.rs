@@ -260,6 +260,19 @@ async fn the_graph_is_read_whole_or_searched() {
     assert_eq!(empty, json!({"entities": [], "relations": []}));
     let (status, body) = get(&server, "/v1/graph?user_id=alice&limit=3", None).await;
     assert_eq!((status, code(&body)), (400, "invalid_request"));
+    // The search memories the graph keeps of its observations are facts, but not beliefs
+    // about the user: the profile leaves them out.
+    let (_, facts) = get(&server, "/v1/memories?user_id=alice&kind=fact", None).await;
+    assert_eq!(facts["memories"].as_array().unwrap().len(), 2, "{facts}");
+    add(
+        &server,
+        json!({"user_id": "alice", "kind": "fact", "text": "home: Lisbon"}),
+    )
+    .await;
+    let (_, profile) = get(&server, "/v1/profile?user_id=alice&limit=1", None).await;
+    assert_eq!(profile["total"], 1, "{profile}");
+    assert_eq!(profile["entries"][0]["text"], "home: Lisbon");
+    assert!(profile["next"].is_null());
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -444,4 +457,120 @@ async fn the_page_is_served_without_a_token() {
     // The data behind it still needs the token.
     let (status, body) = get(&server, "/v1/users", None).await;
     assert_eq!((status, code(&body)), (401, "unauthorized"));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sessions_show_the_conversations_the_agent_kept() {
+    use engram_core::{AssistantMessage, Message, ToolCall};
+    use engram_memory::session::{SessionKey, SessionStore};
+    use engram_server::ServeOptions;
+    use engram_server::config::ServerSettings;
+
+    let dir = tempfile::TempDir::new().unwrap();
+    let sessions = SessionStore::new(dir.path().join("sessions"));
+    let mut options = ServeOptions::new("127.0.0.1:0".parse().unwrap(), ServerSettings::default());
+    options.transcripts = Some(sessions.clone());
+    let server = TestServer::start_with_options(dir, options).await;
+
+    let mut metadata = serde_json::Map::new();
+    metadata.insert("user".into(), json!("alice"));
+    let trip = sessions.session(SessionKey::parse("cli:trip").unwrap(), metadata.clone());
+    let at = |s: &str| -> Timestamp { s.parse().unwrap() };
+    trip.append_message(
+        &Message::user("Where did I fly in May?"),
+        at("2024-05-06T09:00:00Z"),
+    )
+    .unwrap();
+    let call = ToolCall::new("call-1", "recall", r#"{"query": "flight May"}"#);
+    trip.append_message(
+        &Message::Assistant(AssistantMessage {
+            tool_calls: vec![call],
+            ..AssistantMessage::default()
+        }),
+        at("2024-05-06T09:00:01Z"),
+    )
+    .unwrap();
+    trip.append_message(
+        &Message::tool_result("call-1", "Lisbon"),
+        at("2024-05-06T09:00:02Z"),
+    )
+    .unwrap();
+    trip.append_message(
+        &Message::assistant("To Lisbon."),
+        at("2024-05-06T09:00:03Z"),
+    )
+    .unwrap();
+    let mut bobs = serde_json::Map::new();
+    bobs.insert("user".into(), json!("bob"));
+    sessions
+        .session(SessionKey::parse("cli:bob").unwrap(), bobs)
+        .append_message(&Message::user("hi"), at("2024-05-07T09:00:00Z"))
+        .unwrap();
+    add(
+        &server,
+        json!({"user_id": "alice", "session_id": "cli:trip", "text": "Alice flew to Lisbon", "created_at": "2024-05-06T09:00:05Z"}),
+    )
+    .await;
+    add(
+        &server,
+        json!({"user_id": "alice", "session_id": "api:other", "text": "something else"}),
+    )
+    .await;
+
+    let (status, body) = get(&server, "/v1/sessions?user_id=alice", None).await;
+    assert_eq!(status, 200, "{body}");
+    let list = body["sessions"].as_array().unwrap();
+    assert_eq!(list.len(), 2, "{body}");
+    let trip_entry = list.iter().find(|s| s["session_id"] == "cli:trip").unwrap();
+    assert_eq!(
+        (
+            trip_entry["messages"].as_u64(),
+            trip_entry["memories"].as_u64()
+        ),
+        (Some(4), Some(1))
+    );
+    assert_eq!(trip_entry["transcript"], true);
+    assert_eq!(trip_entry["first_at"], "2024-05-06T09:00:00Z");
+    let other = list
+        .iter()
+        .find(|s| s["session_id"] == "api:other")
+        .unwrap();
+    assert_eq!(
+        (other["transcript"].as_bool(), other["messages"].as_u64()),
+        (Some(false), Some(0))
+    );
+
+    let (status, page) = get(
+        &server,
+        "/v1/sessions/cli:trip/messages?user_id=alice&limit=3",
+        None,
+    )
+    .await;
+    assert_eq!(status, 200, "{page}");
+    assert_eq!(page["total"], 4);
+    let messages = page["messages"].as_array().unwrap();
+    assert_eq!(messages.len(), 3);
+    assert_eq!(
+        (messages[0]["role"].as_str(), messages[0]["index"].as_u64()),
+        (Some("user"), Some(0))
+    );
+    assert_eq!(messages[1]["tool_calls"][0]["name"], "recall");
+    assert_eq!(messages[2]["tool_call_id"], "call-1");
+    let (_, rest) = get(&server, page["next"].as_str().unwrap(), None).await;
+    assert_eq!(rest["messages"][0]["content"], "To Lisbon.");
+    assert!(rest["next"].is_null());
+
+    // Another user's conversation is not alice's, and a token for bob cannot ask for hers.
+    let (status, body) = get(&server, "/v1/sessions/cli:bob/messages?user_id=alice", None).await;
+    assert_eq!((status, code(&body)), (404, "not_found"));
+    let (_, token) = server.token(&["bob"]);
+    let (status, body) = get(
+        &server,
+        "/v1/sessions/cli:trip/messages?user_id=alice",
+        Some(&token),
+    )
+    .await;
+    assert_eq!((status, code(&body)), (403, "forbidden"));
+    let (_, body) = get(&server, "/v1/sessions?user_id=bob", Some(&token)).await;
+    assert_eq!(body["sessions"][0]["session_id"], "cli:bob");
 }

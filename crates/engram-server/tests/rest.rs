@@ -78,7 +78,7 @@ async fn every_documented_route_is_served() {
             probed += 1;
         }
     }
-    assert_eq!(probed, 19);
+    assert_eq!(probed, 20);
     // And the routes not documented are not served.
     let (status, body) = get(&server, "/v1/nothing").await;
     assert_eq!((status, code(&body)), (404, "route_not_found"));

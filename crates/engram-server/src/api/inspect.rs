@@ -18,7 +18,7 @@ use super::memories::{encode_cursor, filter_from_query, next_link, page_from_que
 use crate::auth::Access;
 use crate::error::ApiError;
 use crate::extract::QueryPairs;
-use crate::knowledge::MAX_SEARCH_ENTITIES;
+use crate::knowledge::{ENTITY_CATEGORY, MAX_SEARCH_ENTITIES, OBSERVATION_CATEGORY};
 
 /// Profile memories of each kind searched for the earlier values of the entries shown, newest
 /// first.
@@ -69,8 +69,17 @@ fn profile_key(memory: &Memory) -> Option<String> {
         .filter(|k| !k.is_empty())
 }
 
-/// `GET /v1/profile?user_id=U`: the current facts and preferences, newest first, a page at a
-/// time; each with the closed entries of the same key it replaced, latest first.
+/// True for the search memories the knowledge graph keeps of its entities and observations.
+fn is_graph(memory: &Memory) -> bool {
+    matches!(
+        memory.category.as_deref(),
+        Some(ENTITY_CATEGORY | OBSERVATION_CATEGORY)
+    )
+}
+
+/// `GET /v1/profile?user_id=U`: the current facts and preferences (not the knowledge graph's),
+/// newest first, a page at a time; each with the closed entries of the same key it replaced,
+/// latest first.
 pub(crate) async fn profile(
     State(state): State<AppState>,
     Extension(access): Extension<Access>,
@@ -91,8 +100,31 @@ pub(crate) async fn profile(
             kinds: vec![kind],
             ..Filter::user(user.clone())
         };
-        total += state.service.count(&access, filter.clone()).await?;
-        current.extend(state.service.list(&access, filter, wanted, 0).await?);
+        // The knowledge graph's search memories are the graph's (its view shows them), not
+        // beliefs about the user: left out, and listed past so a page stays full.
+        let graph = Filter {
+            categories: vec![
+                ENTITY_CATEGORY.to_string(),
+                OBSERVATION_CATEGORY.to_string(),
+            ],
+            ..filter.clone()
+        };
+        let graph_count = state.service.count(&access, graph).await?;
+        total += state
+            .service
+            .count(&access, filter.clone())
+            .await?
+            .saturating_sub(graph_count);
+        let listed = state
+            .service
+            .list(
+                &access,
+                filter,
+                wanted.saturating_add(graph_count as usize),
+                0,
+            )
+            .await?;
+        current.extend(listed.into_iter().filter(|m| !is_graph(m)));
     }
     current.sort_by(|a, b| b.created_at.cmp(&a.created_at).then(b.id.cmp(&a.id)));
     let more = current.len() > offset.saturating_add(limit);
@@ -110,7 +142,7 @@ pub(crate) async fn profile(
                 .list(&access, filter, SUPERSEDED_SCAN, 0)
                 .await?
             {
-                if memory.valid_to.is_none() {
+                if memory.valid_to.is_none() || is_graph(&memory) {
                     continue;
                 }
                 if let Some(key) = profile_key(&memory).filter(|k| keys.contains(k)) {

@@ -14,8 +14,9 @@
 //! | `POST /v1/memories/{id}/invalidate` | close: kept, audited, hidden from search |
 //! | `GET /v1/memories/{id}/history` | the audit trail |
 //! | `GET /v1/export` | one user's memories as JSONL, streamed |
-//! | `GET /v1/sessions` | the sessions one user's memories belong to |
+//! | `GET /v1/sessions` | one user's sessions: the agent's conversations and those memories name |
 //! | `GET /v1/sessions/{session_id}` | one session's memories |
+//! | `GET /v1/sessions/{session_id}/messages` | one conversation's messages, as the agent kept them |
 //! | `GET /v1/users` | the users the caller may see, with memory counts |
 //! | `GET /v1/profile` | current facts and preferences, each with the values it replaced |
 //! | `GET /v1/timeline` | memories per day and kind |
@@ -98,6 +99,10 @@ pub fn router(
         .route("/v1/export", get(memories::export))
         .route("/v1/sessions", get(sessions::list))
         .route("/v1/sessions/{session_id}", get(sessions::get_one))
+        .route(
+            "/v1/sessions/{session_id}/messages",
+            get(sessions::messages),
+        )
         .route("/v1/users", get(inspect::users))
         .route("/v1/profile", get(inspect::profile))
         .route("/v1/timeline", get(inspect::timeline))

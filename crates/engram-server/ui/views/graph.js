@@ -7,6 +7,29 @@ import { count, h, replace, svg } from '../dom.js';
 /** Most entities drawn; beyond that the best connected are shown. */
 const MAX_NODES = 300;
 
+/** The picture's size, in its own units. */
+const WIDTH = 1000;
+const HEIGHT = 640;
+
+/** Moves the laid-out nodes into the picture, with room for their labels. */
+function fitInto(nodes) {
+  const xs = nodes.map((n) => n.x);
+  const ys = nodes.map((n) => n.y);
+  const [minX, maxX, minY, maxY] = [Math.min(...xs), Math.max(...xs), Math.min(...ys), Math.max(...ys)];
+  const margin = 40;
+  const labelRoom = 140;
+  const scale = Math.min(
+    (WIDTH - 2 * margin - labelRoom) / Math.max(1, maxX - minX),
+    (HEIGHT - 2 * margin) / Math.max(1, maxY - minY),
+  );
+  const spanX = (maxX - minX) * scale;
+  const spanY = (maxY - minY) * scale;
+  for (const node of nodes) {
+    node.x = (WIDTH - labelRoom - spanX) / 2 + (node.x - minX) * scale;
+    node.y = (HEIGHT - spanY) / 2 + (node.y - minY) * scale;
+  }
+}
+
 /** Spring-and-charge layout, deterministic (the same graph always looks the same). */
 function layout(nodes, edges, size) {
   const n = nodes.length;
@@ -60,6 +83,7 @@ function layout(nodes, edges, size) {
     }
     temperature *= 0.97;
   }
+  fitInto(nodes);
 }
 
 function panel(ctx, entity, relations) {
@@ -160,7 +184,7 @@ export async function render(ctx) {
 
   const picture = svg('svg', {
     class: 'graph',
-    viewBox: `0 0 ${size} ${size}`,
+    viewBox: `0 0 ${WIDTH} ${HEIGHT}`,
     tabindex: 0,
     role: 'application',
     'aria-label': 'Knowledge graph: arrow keys pan, plus and minus zoom, Tab moves between entities',
@@ -168,7 +192,7 @@ export async function render(ctx) {
   picture.append(scene);
   apply();
 
-  const zoom = (factor, cx = size / 2, cy = size / 2) => {
+  const zoom = (factor, cx = WIDTH / 2, cy = HEIGHT / 2) => {
     const k = Math.min(8, Math.max(0.2, view.k * factor));
     view.x = cx - ((cx - view.x) * k) / view.k;
     view.y = cy - ((cy - view.y) * k) / view.k;
@@ -177,7 +201,7 @@ export async function render(ctx) {
   };
   const toScene = (event) => {
     const box = picture.getBoundingClientRect();
-    return [((event.clientX - box.left) / box.width) * size, ((event.clientY - box.top) / box.height) * size];
+    return [((event.clientX - box.left) / box.width) * WIDTH, ((event.clientY - box.top) / box.height) * HEIGHT];
   };
   picture.addEventListener(
     'wheel',

@@ -35,7 +35,8 @@ function histogram(ctx, days, selected) {
   const byDay = new Map(days.map((d) => [d.day, d]));
   const all = daysBetween(days[0].day, days[days.length - 1].day);
   const max = Math.max(...days.map((d) => d.total));
-  const width = Math.max(3, Math.min(18, Math.floor(960 / all.length)));
+  // Wide enough to point at; a long history scrolls sideways (it opens at the latest days).
+  const width = Math.max(6, Math.min(18, Math.floor(960 / all.length)));
   const chart = svg('svg', {
     class: 'histogram',
     width: all.length * width,
@@ -76,10 +77,16 @@ function histogram(ctx, days, selected) {
     { class: 'legend' },
     KINDS.map((k) => h('li', {}, h('span', { class: `swatch k-${k}` }), k)),
   );
+  const scroller = h('div', { class: 'scroll' }, chart);
+  // Once laid out, show the chosen day, or the latest ones.
+  requestAnimationFrame(() => {
+    const index = selected ? all.indexOf(selected) : all.length - 1;
+    scroller.scrollLeft = Math.max(0, (index + 1) * width - scroller.clientWidth / 2);
+  });
   return h(
     'figure',
     { class: 'timeline' },
-    h('div', { class: 'scroll' }, chart),
+    scroller,
     h('figcaption', {}, legend, h('span', { class: 'muted' }, `${all[0]} – ${all[all.length - 1]}, up to ${count(max)} a day. Choose a day to see it.`)),
   );
 }
