@@ -203,8 +203,8 @@ pub struct SearchArgs {
     pub scope: ScopeArgs,
     #[command(flatten)]
     pub filter: FilterArgs,
-    /// How many hits at most.
-    #[arg(long, short = 'k', default_value = "10")]
+    /// How many hits at most (1 or more).
+    #[arg(long, short = 'k', default_value = "10", value_parser = at_least_one())]
     pub limit: usize,
     /// Show how each score came about.
     #[arg(long)]
@@ -230,8 +230,8 @@ pub struct ListArgs {
     pub scope: ScopeArgs,
     #[command(flatten)]
     pub filter: FilterArgs,
-    /// How many memories at most.
-    #[arg(long, short = 'n', default_value = "20")]
+    /// How many memories at most (1 or more).
+    #[arg(long, short = 'n', default_value = "20", value_parser = at_least_one())]
     pub limit: usize,
     /// Skip this many (for paging).
     #[arg(long, default_value = "0")]
@@ -376,4 +376,9 @@ pub struct BenchStoreArgs {
     /// Random seed for the synthetic data.
     #[arg(long, default_value = "7")]
     pub seed: u64,
+}
+
+/// A count that must be 1 or more (`--limit 0` would silently show nothing).
+fn at_least_one() -> clap::builder::RangedU64ValueParser<usize> {
+    clap::builder::RangedU64ValueParser::<usize>::new().range(1..)
 }

@@ -1,6 +1,12 @@
 //! How results are shown: aligned text for people, JSON for scripts.
+//!
+//! Everything goes to standard output through [`stdout`], which ends the process quietly (status
+//! 0) when the reader has gone away (`engram list | head -1`): the reader chose to stop reading.
+//! Text a user or a model wrote is shown to people through [`visible`], so escape sequences
+//! stored in a memory cannot drive the terminal; JSON output keeps every character as stored.
 
-use std::io::Write;
+use std::borrow::Cow;
+use std::io::{self, Write};
 
 use anyhow::Result;
 use engram_core::{HistoryEvent, Memory};
@@ -8,12 +14,77 @@ use jiff::Timestamp;
 use jiff::tz::TimeZone;
 use serde::Serialize;
 
+/// Standard output, for writers: a closed pipe ends the process quietly.
+pub fn stdout() -> Stdout {
+    Stdout(io::stdout())
+}
+
+/// See [`stdout`].
+#[derive(Debug)]
+pub struct Stdout(io::Stdout);
+
+impl Write for Stdout {
+    fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
+        quiet_on_closed_pipe(self.0.write(buf))
+    }
+
+    fn write_all(&mut self, buf: &[u8]) -> io::Result<()> {
+        quiet_on_closed_pipe(self.0.write_all(buf))
+    }
+
+    fn flush(&mut self) -> io::Result<()> {
+        quiet_on_closed_pipe(self.0.flush())
+    }
+}
+
+/// Ends the process with status 0 when standard output's reader has gone away.
+fn quiet_on_closed_pipe<T>(result: io::Result<T>) -> io::Result<T> {
+    match result {
+        Err(e) if e.kind() == io::ErrorKind::BrokenPipe => std::process::exit(0),
+        other => other,
+    }
+}
+
+/// What `println!` and `print!` call (see main.rs): a write error other than a closed pipe
+/// ends the process with one `error:` line and status 1.
+pub fn print_fmt(args: std::fmt::Arguments<'_>) {
+    let mut out = stdout();
+    if let Err(e) = out.write_fmt(args) {
+        eprintln!("error: cannot write to standard output: {e}");
+        std::process::exit(1);
+    }
+}
+
 /// Prints one JSON document, pretty-printed.
 pub fn json<T: Serialize + ?Sized>(value: &T) -> Result<()> {
-    let mut out = std::io::stdout().lock();
+    let mut out = io::BufWriter::new(stdout());
     serde_json::to_writer_pretty(&mut out, value)?;
     writeln!(out)?;
+    out.flush()?;
     Ok(())
+}
+
+/// Text a user or a model wrote, safe to show on a terminal: control characters other than
+/// newline and tab (escape sequences, carriage returns, backspaces, C1 controls) are shown
+/// escaped (`\u{1b}`), so they print as text instead of moving the cursor, recolouring,
+/// retitling the window or hiding what came before.
+pub fn visible(text: &str) -> Cow<'_, str> {
+    if !text.chars().any(is_hidden_control) {
+        return Cow::Borrowed(text);
+    }
+    let mut shown = String::with_capacity(text.len() + 8);
+    for c in text.chars() {
+        if is_hidden_control(c) {
+            shown.extend(c.escape_unicode());
+        } else {
+            shown.push(c);
+        }
+    }
+    Cow::Owned(shown)
+}
+
+fn is_hidden_control(c: char) -> bool {
+    c.is_control() && c != '\n' && c != '\t'
 }
 
 /// A time in the local zone, to the minute.
@@ -23,15 +94,20 @@ pub fn local_time(ts: Timestamp) -> String {
         .to_string()
 }
 
-/// Text on one line: newlines shown as spaces.
+/// Text on one line: newlines shown as spaces, control characters escaped ([`visible`]).
 pub fn one_line(text: &str) -> String {
-    text.split_whitespace().collect::<Vec<_>>().join(" ")
+    visible(&text.split_whitespace().collect::<Vec<_>>().join(" ")).into_owned()
 }
 
 /// A memory's label: kind, category and importance.
 fn label(memory: &Memory) -> String {
     match &memory.category {
-        Some(category) => format!("{}/{} ★{}", memory.kind, category, memory.importance),
+        Some(category) => format!(
+            "{}/{} ★{}",
+            memory.kind,
+            visible(category),
+            memory.importance
+        ),
         None => format!("{} ★{}", memory.kind, memory.importance),
     }
 }
@@ -57,17 +133,17 @@ pub fn memory_line(memory: &Memory) -> String {
 pub fn memory_detail(memory: &Memory) -> String {
     let mut lines = vec![
         format!("id          {}", memory.id),
-        format!("user        {}", memory.scope.user_id),
+        format!("user        {}", visible(&memory.scope.user_id)),
     ];
     if let Some(agent) = &memory.scope.agent_id {
-        lines.push(format!("agent       {agent}"));
+        lines.push(format!("agent       {}", visible(agent)));
     }
     if let Some(session) = &memory.scope.session_id {
-        lines.push(format!("session     {session}"));
+        lines.push(format!("session     {}", visible(session)));
     }
     lines.push(format!("kind        {}", memory.kind));
     if let Some(category) = &memory.category {
-        lines.push(format!("category    {category}"));
+        lines.push(format!("category    {}", visible(category)));
     }
     lines.push(format!("importance  {}", memory.importance));
     lines.push(format!("created     {}", memory.created_at));
@@ -79,13 +155,13 @@ pub fn memory_detail(memory: &Memory) -> String {
     if let Some(expires) = memory.expires_at {
         lines.push(format!("expires     {expires}"));
     }
-    lines.push(format!("source      {}", memory.source));
+    lines.push(format!("source      {}", visible(&memory.source)));
     if !memory.metadata.is_empty() {
         let meta = serde_json::Value::Object(memory.metadata.clone());
-        lines.push(format!("metadata    {meta}"));
+        lines.push(format!("metadata    {}", visible(&meta.to_string())));
     }
     lines.push(String::new());
-    lines.push(memory.text.clone());
+    lines.push(visible(&memory.text).into_owned());
     lines.join("\n")
 }
 
@@ -101,7 +177,7 @@ pub fn history_line(event: &HistoryEvent) -> String {
         "{}  {:<10}  by {:<8}  {}",
         local_time(event.at),
         event.event.as_str(),
-        event.actor,
+        visible(&event.actor),
         change
     )
 }

@@ -87,9 +87,20 @@ fn a_memory_lives_its_whole_life_through_the_cli() {
 fn adding_the_same_text_twice_reports_the_first() {
     let home = TempDir::new().unwrap();
     let id = add(home.path(), "u", "likes tea");
-    let again = json_out(engram(home.path()).args(["add", "--user", "u", "likes", "tea"]));
+    // A conflict, exit 4 (as the README says), still naming the memory that holds the text.
+    let out = engram(home.path())
+        .args(["add", "--user", "u", "likes", "tea", "--json"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(4));
+    let again: Value = serde_json::from_slice(&out.stdout).unwrap();
     assert_eq!(again["status"], "duplicate");
     assert_eq!(again["id"], id.as_str());
+    engram(home.path())
+        .args(["add", "--user", "u", "likes", "tea"])
+        .assert()
+        .code(4)
+        .stdout(predicate::str::contains(format!("already stored as {id}")));
 }
 
 #[test]
@@ -571,4 +582,190 @@ fn concurrent_imports_of_overlapping_files_store_each_text_once() {
     }
     let stats = json_out(engram(h).arg("stats"));
     assert_eq!(stats["memories"], 150 + 4 * 150);
+}
+
+/// Runs `engram` with a standard output whose reader is already gone (as `engram ... | head -c1`
+/// becomes once head has read its byte): status and standard error.
+fn run_with_closed_stdout(cmd: &mut Command) -> (Option<i32>, String) {
+    let (reader, writer) = std::io::pipe().unwrap();
+    drop(reader);
+    let out = cmd.stdout(writer).stderr(Stdio::piped()).output().unwrap();
+    (
+        out.status.code(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+#[test]
+fn a_closed_standard_output_ends_every_command_quietly() {
+    let home = TempDir::new().unwrap();
+    let h = home.path();
+    let lines: String = (0..300)
+        .map(|i| format!("{{\"user_id\": \"u\", \"text\": \"memory {i} about gardens\"}}\n"))
+        .collect();
+    let file = h.join("in.jsonl");
+    std::fs::write(&file, lines).unwrap();
+    engram(h).arg("import").arg(&file).assert().success();
+    let id = add(h, "u", "one more memory about gardens");
+    for args in [
+        vec!["list", "--user", "u", "--limit", "300"],
+        vec!["list", "--user", "u", "--json"],
+        vec!["search", "--user", "u", "gardens"],
+        vec!["search", "--user", "u", "gardens", "--json"],
+        vec!["get", &id],
+        vec!["history", &id],
+        vec!["stats"],
+        vec!["export", "--user", "u"],
+        vec!["sessions", "list"],
+        vec!["--help"],
+    ] {
+        let (status, stderr) = run_with_closed_stdout(engram(h).args(&args));
+        assert_eq!(status, Some(0), "{args:?}: {stderr}");
+        assert!(
+            !stderr.contains("panicked") && !stderr.contains("Broken pipe"),
+            "{args:?}: {stderr}"
+        );
+    }
+}
+
+#[test]
+fn escape_sequences_in_memories_are_shown_as_text_to_people_and_kept_in_json() {
+    let home = TempDir::new().unwrap();
+    let h = home.path();
+    let text =
+        "red \u{1b}[31malert\u{1b}[0m \u{1b}]0;owned\u{7} back\u{8}\u{8}\u{8}\u{8} \u{9b}2J done";
+    let id = add(h, "u", text);
+    engram(h)
+        .args(["update", &id, "--category", "cat\u{1b}[1m"])
+        .assert()
+        .success();
+    for args in [
+        vec!["list", "--user", "u"],
+        vec!["search", "--user", "u", "red", "done"],
+        vec!["get", &id],
+        vec!["history", &id],
+    ] {
+        let out = engram(h).args(&args).output().unwrap();
+        assert!(out.status.success(), "{args:?}");
+        let stdout = String::from_utf8(out.stdout).unwrap();
+        assert!(
+            !stdout
+                .chars()
+                .any(|c| c.is_control() && c != '\n' && c != '\t'),
+            "{args:?} printed a control character: {stdout:?}"
+        );
+        assert!(stdout.contains("\\u{1b}[31malert"), "{args:?}: {stdout}");
+    }
+    // Scripts get the text exactly as stored.
+    let memory = json_out(engram(h).args(["get", &id]));
+    assert_eq!(memory["text"], text);
+}
+
+#[test]
+fn an_import_line_with_the_id_of_another_users_memory_is_refused_by_name() {
+    let home = TempDir::new().unwrap();
+    let h = home.path();
+    let id = add(h, "alice", "alice keeps the spare key in the shed");
+    let file = h.join("in.jsonl");
+    std::fs::write(
+        &file,
+        format!(
+            "{{\"id\": \"{id}\", \"user_id\": \"bob\", \"text\": \"bob's note\"}}\n\
+             {{\"user_id\": \"bob\", \"text\": \"bob's other note\"}}\n"
+        ),
+    )
+    .unwrap();
+    let out = engram(h).arg("import").arg(&file).output().unwrap();
+    assert_eq!(out.status.code(), Some(5));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains(&format!(
+            "line 1: id {id} is already used by a memory of another user"
+        )),
+        "{stderr}"
+    );
+    assert!(
+        String::from_utf8_lossy(&out.stdout).contains("1 added, 0 duplicates, 1 rejected"),
+        "{}",
+        String::from_utf8_lossy(&out.stdout)
+    );
+    let memory = json_out(engram(h).args(["get", &id]));
+    assert_eq!(memory["user_id"], "alice");
+    assert_eq!(memory["text"], "alice keeps the spare key in the shed");
+    // Importing alice's own export again is still a duplicate, not an error.
+    let export = h.join("alice.jsonl");
+    engram(h)
+        .args(["export", "--user", "alice", "--output"])
+        .arg(&export)
+        .assert()
+        .success();
+    engram(h)
+        .arg("import")
+        .arg(&export)
+        .assert()
+        .success()
+        .stdout(predicate::str::contains("0 added, 1 duplicates"));
+}
+
+#[test]
+fn an_import_file_may_start_with_a_byte_order_mark() {
+    let home = TempDir::new().unwrap();
+    let h = home.path();
+    let file = h.join("bom.jsonl");
+    std::fs::write(
+        &file,
+        "\u{feff}{\"user_id\": \"u\", \"text\": \"first line after the mark\"}\n{\"user_id\": \"u\", \"text\": \"second\"}\n",
+    )
+    .unwrap();
+    engram(h)
+        .arg("import")
+        .arg(&file)
+        .assert()
+        .success()
+        .stdout(predicate::str::contains("2 added"));
+    // Only a leading mark: one in the middle of a file is an error of that line.
+    std::fs::write(
+        &file,
+        "{\"user_id\": \"u\", \"text\": \"third\"}\n\u{feff}{\"user_id\": \"u\", \"text\": \"fourth\"}\n",
+    )
+    .unwrap();
+    engram(h)
+        .arg("import")
+        .arg(&file)
+        .assert()
+        .code(5)
+        .stderr(predicate::str::contains("line 2: not valid JSON"));
+}
+
+#[test]
+fn out_of_range_numbers_get_messages_that_repeat_them() {
+    let home = TempDir::new().unwrap();
+    let h = home.path();
+    engram(h)
+        .args([
+            "add",
+            "--user",
+            "u",
+            "--importance",
+            "99999999999999999999",
+            "x",
+        ])
+        .assert()
+        .code(2)
+        .stderr(predicate::str::contains(
+            "importance must be an integer from 1 to 5, got 99999999999999999999",
+        ));
+    add(h, "u", "something to list");
+    for command in ["list", "search"] {
+        let mut args = vec![command, "--user", "u", "--limit", "0"];
+        if command == "search" {
+            args.push("something");
+        }
+        engram(h)
+            .args(&args)
+            .assert()
+            .code(2)
+            .stderr(predicate::str::contains("--limit"))
+            .stderr(predicate::str::contains("0 is not in 1.."));
+    }
 }

@@ -22,7 +22,8 @@ pub use llm::{
     Message, ModelInfo, ResponseAssembler, Role, StreamEvent, ToolCall, ToolResultMessage, Usage,
 };
 pub use memory::{
-    Importance, Kind, Memory, MemoryId, NewMemory, Scope, content_hash, normalize_text,
+    Importance, InvalidMemory, Kind, Memory, MemoryId, NewMemory, Scope, content_hash,
+    normalize_text,
 };
 pub use store::{
     AddOutcome, Backend, BlockingMemoryStore, DayCount, DayCounter, DenseIndexStats,

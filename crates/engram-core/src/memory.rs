@@ -141,7 +141,7 @@ impl Importance {
             .ok()
             .filter(|v| (1..=5).contains(v))
             .map(Importance)
-            .ok_or(InvalidImportance(value))
+            .ok_or_else(|| InvalidImportance(value.to_string()))
     }
 
     /// The value, 1..=5.
@@ -176,16 +176,19 @@ impl fmt::Display for Importance {
     }
 }
 
-/// The error for an importance outside 1..=5.
+/// The error for an importance outside 1..=5 (or not a number at all): what was given.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error("importance must be an integer from 1 to 5, got {0}")]
-pub struct InvalidImportance(pub i64);
+pub struct InvalidImportance(pub String);
 
 impl FromStr for Importance {
     type Err = InvalidImportance;
 
     fn from_str(s: &str) -> Result<Self, Self::Err> {
-        let value: i64 = s.trim().parse().map_err(|_| InvalidImportance(-1))?;
+        let given = s.trim();
+        let value: i64 = given
+            .parse()
+            .map_err(|_| InvalidImportance(given.to_string()))?;
         Importance::new(value)
     }
 }
@@ -272,6 +275,10 @@ pub enum InvalidMemory {
     /// valid_to is before valid_from.
     #[error("valid_to is before valid_from")]
     ClosedBeforeOpened,
+    /// The id asked for is already used by a memory of another user (an add that names its id,
+    /// as an import of an export does, never takes or touches another user's memory).
+    #[error("id {0} is already used by a memory of another user")]
+    IdOfAnotherUser(MemoryId),
 }
 
 /// One remembered thing, as stored.
@@ -476,6 +483,14 @@ mod tests {
         assert_eq!(Importance::default().get(), 3);
         assert!(serde_json::from_str::<Importance>("9").is_err());
         assert_eq!(serde_json::from_str::<Importance>("2").unwrap().get(), 2);
+        // The message repeats what was given, however far out of range or unreadable.
+        for given in ["99999999999999999999", "-7", "high"] {
+            let err = given.parse::<Importance>().unwrap_err();
+            assert_eq!(
+                err.to_string(),
+                format!("importance must be an integer from 1 to 5, got {given}")
+            );
+        }
     }
 
     #[test]

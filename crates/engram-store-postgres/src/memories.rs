@@ -7,12 +7,12 @@
 //! Under that lock a batch knows exactly which of its memories are already stored, so it can be
 //! written with binary COPY in one round trip per table.
 
-use std::collections::{HashMap, HashSet};
+use std::collections::HashMap;
 
 use engram_core::store::{ExportCursor, LexicalHit, MemoryPatch};
 use engram_core::{
-    AddOutcome, DayCount, DayCounter, Filter, HistoryEvent, HistoryKind, Kind, Memory, MemoryId,
-    NewMemory, StoreError, StoreStats, UserCount, content_hash,
+    AddOutcome, DayCount, DayCounter, Filter, HistoryEvent, HistoryKind, InvalidMemory, Kind,
+    Memory, MemoryId, NewMemory, StoreError, StoreStats, UserCount, content_hash,
 };
 use jiff::Timestamp;
 use tokio_postgres::binary_copy::BinaryCopyInWriter;
@@ -117,29 +117,37 @@ impl PgStore {
             let (id_params, hash_params): ([&(dyn ToSql + Sync); 1], [&(dyn ToSql + Sync); 1]) =
                 ([&ids], [&hashes]);
             let by_id = tx.query(
-                "SELECT m.id, m.content_hash, m.valid_to IS NULL FROM unnest($1::uuid[]) AS q(id) \
-                 JOIN memories m ON m.id = q.id",
+                "SELECT m.id, m.content_hash, m.valid_to IS NULL, m.user_id \
+                 FROM unnest($1::uuid[]) AS q(id) JOIN memories m ON m.id = q.id",
                 &id_params,
             );
             let by_hash = tx.query(
-                "SELECT m.id, m.content_hash, true FROM unnest($1::text[]) AS q(hash) \
+                "SELECT m.id, m.content_hash, true, m.user_id FROM unnest($1::text[]) AS q(hash) \
                  JOIN memories m ON m.content_hash = q.hash AND m.valid_to IS NULL",
                 &hash_params,
             );
             let (by_id, by_hash) = futures::join!(by_id, by_hash);
-            let mut taken_ids: HashSet<Uuid> = HashSet::new();
+            // Each taken id with the user whose memory holds it.
+            let mut taken_ids: HashMap<Uuid, String> = HashMap::new();
             let mut current: HashMap<String, MemoryId> = HashMap::new();
             for row in by_id.map_err(map)?.iter().chain(&by_hash.map_err(map)?) {
                 let id: Uuid = row.get(0);
-                taken_ids.insert(id);
+                taken_ids.insert(id, row.get(3));
                 if row.get::<_, bool>(2) {
                     current.insert(row.get(1), MemoryId::from(id));
                 }
             }
             let mut accepted: Vec<Accepted> = Vec::with_capacity(valid.len());
             for (index, memory) in valid {
-                if taken_ids.contains(memory.id.as_uuid()) {
-                    outcomes[index] = Some(Ok(AddOutcome::Duplicate(memory.id)));
+                if let Some(owner) = taken_ids.get(memory.id.as_uuid()) {
+                    // A memory that names its id never takes or touches another user's memory.
+                    outcomes[index] = Some(if *owner == memory.scope.user_id {
+                        Ok(AddOutcome::Duplicate(memory.id))
+                    } else {
+                        Err(StoreError::Invalid(InvalidMemory::IdOfAnotherUser(
+                            memory.id,
+                        )))
+                    });
                     continue;
                 }
                 if memory.valid_to.is_none()
@@ -148,7 +156,7 @@ impl PgStore {
                     outcomes[index] = Some(Ok(AddOutcome::Duplicate(*existing)));
                     continue;
                 }
-                taken_ids.insert(*memory.id.as_uuid());
+                taken_ids.insert(*memory.id.as_uuid(), memory.scope.user_id.clone());
                 if memory.valid_to.is_none() {
                     current.insert(memory.content_hash.clone(), memory.id);
                 }

@@ -445,4 +445,47 @@ async fn restrictive_filters_look_past_the_first_candidates() {
         assert!(!a.is_empty());
         assert_eq!(a, b, "{filter:?} limit {limit}");
     }
+
+/// An add that names its id (an import of an export) and finds the id taken: by the same user's
+/// memory it is that memory again; by another user's it is refused, in either engine, and that
+/// memory is untouched.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn both_engines_refuse_an_id_of_another_users_memory() {
+    let pair = pair(Server::Pgvector).await;
+    let id = MemoryId::new();
+    let mut alices = NewMemory::new(Scope::user("alice"), "alice keeps the spare key");
+    alices.id = Some(id);
+    let first = (
+        pair.sqlite.add(alices.clone(), "test").unwrap(),
+        pair.pg.add(alices.clone(), "test").await.unwrap(),
+    );
+    assert!(matches!(
+        first,
+        (AddOutcome::Added(_), AddOutcome::Added(_))
+    ));
+
+    let again = (
+        pair.sqlite.add(alices.clone(), "test").unwrap(),
+        pair.pg.add(alices, "test").await.unwrap(),
+    );
+    assert_eq!(
+        again,
+        (AddOutcome::Duplicate(id), AddOutcome::Duplicate(id))
+    );
+
+    let mut bobs = NewMemory::new(Scope::user("bob"), "bob takes over that id");
+    bobs.id = Some(id);
+    let sqlite = pair.sqlite.add_many(vec![bobs.clone()], "test").unwrap();
+    let pg = pair.pg.add_many(vec![bobs], "test").await.unwrap();
+    for outcomes in [sqlite, pg] {
+        let error = outcomes[0].as_ref().unwrap_err().to_string();
+        assert!(
+            error.contains(&format!(
+                "id {id} is already used by a memory of another user"
+            )),
+            "{error}"
+        );
+    }
+    assert_eq!(pair.sqlite.get(id).unwrap().scope.user_id, "alice");
+    assert_eq!(pair.pg.get(id).await.unwrap().scope.user_id, "alice");
 }

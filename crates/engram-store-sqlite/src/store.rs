@@ -8,8 +8,8 @@ use std::time::Duration;
 use engram_core::store::{LexicalHit, MemoryPatch};
 use engram_core::{
     AddOutcome, BlockingMemoryStore, Clock, DayCount, DayCounter, Filter, HistoryEvent,
-    HistoryKind, Kind, Memory, MemoryId, NewMemory, StoreError, StoreStats, SystemClock, UserCount,
-    content_hash,
+    HistoryKind, InvalidMemory, Kind, Memory, MemoryId, NewMemory, StoreError, StoreStats,
+    SystemClock, UserCount, content_hash,
 };
 use engram_core::{PendingText, StoredVector, VectorHit, VectorModelStats};
 use jiff::Timestamp;
@@ -238,17 +238,30 @@ impl SqliteStore {
             })
             .map_err(|e| self.err(e))?;
         if inserted == 0 {
-            let existing: String = tx
-                .prepare_cached(
-                    "SELECT id FROM memories WHERE id = ?1 \
-                     OR (content_hash = ?2 AND valid_to IS NULL) LIMIT 1",
-                )
+            // The id first: a memory that names its id (an import) and finds it taken by another
+            // user's memory is refused, not counted as a copy of it.
+            let by_id: Option<String> = tx
+                .prepare_cached("SELECT user_id FROM memories WHERE id = ?1")
                 .and_then(|mut stmt| {
-                    stmt.query_row(params![memory.id.to_string(), memory.content_hash], |r| {
-                        r.get(0)
-                    })
+                    stmt.query_row(params![memory.id.to_string()], |r| r.get(0))
+                        .optional()
                 })
                 .map_err(|e| self.err(e))?;
+            let existing: String = match by_id {
+                Some(owner) if owner != memory.scope.user_id => {
+                    return Err(StoreError::Invalid(InvalidMemory::IdOfAnotherUser(
+                        memory.id,
+                    )));
+                }
+                Some(_) => memory.id.to_string(),
+                None => tx
+                    .prepare_cached(
+                        "SELECT id FROM memories WHERE content_hash = ?1 AND valid_to IS NULL \
+                         LIMIT 1",
+                    )
+                    .and_then(|mut stmt| stmt.query_row(params![memory.content_hash], |r| r.get(0)))
+                    .map_err(|e| self.err(e))?,
+            };
             let existing = existing.parse().map_err(|_| {
                 StoreError::Backend(format!("stored id '{existing}' is not a UUID"))
             })?;

@@ -615,7 +615,7 @@ fn tool_result_line(call: &ToolCall, output: &ToolOutput, elapsed: Duration) -> 
 
 /// Text on one line, cut at `max` characters with an ellipsis.
 pub fn one_line(text: &str, max: usize) -> String {
-    let joined = text.split_whitespace().collect::<Vec<_>>().join(" ");
+    let joined = crate::output::one_line(text);
     if joined.chars().count() <= max {
         return joined;
     }

@@ -193,7 +193,12 @@ pub fn import_graph(ctx: &Context, args: ImportGraphArgs) -> Result<Status> {
             break;
         }
         line_no += 1;
-        let Ok(text) = std::str::from_utf8(&buf) else {
+        let line = if line_no == 1 {
+            super::import_export::strip_bom(&buf)
+        } else {
+            &buf[..]
+        };
+        let Ok(text) = std::str::from_utf8(line) else {
             importer.summary.rejected.push(Rejection {
                 line: line_no,
                 error: "not valid UTF-8".to_string(),

@@ -21,6 +21,11 @@ use crate::output;
 /// on its own: only a failure of the whole batch (a full disk) leaves its lines unstored.
 pub const DEFAULT_BATCH_SIZE: u64 = 20_000;
 
+/// The line without a leading UTF-8 byte order mark.
+pub fn strip_bom(line: &[u8]) -> &[u8] {
+    line.strip_prefix(b"\xEF\xBB\xBF").unwrap_or(line)
+}
+
 /// What an import did.
 #[derive(Debug, Default, Serialize)]
 pub struct ImportSummary {
@@ -131,10 +136,16 @@ pub fn import_reader(
                     break;
                 }
                 line_no += 1;
-                if buf.iter().all(u8::is_ascii_whitespace) {
+                // Editors on some systems start a UTF-8 file with a byte order mark.
+                let line = if line_no == 1 {
+                    strip_bom(&buf)
+                } else {
+                    &buf[..]
+                };
+                if line.iter().all(u8::is_ascii_whitespace) {
                     continue;
                 }
-                batch.push((line_no, parse_import_line(&buf, None)));
+                batch.push((line_no, parse_import_line(line, None)));
                 if batch.len() >= batch_size {
                     let full = std::mem::replace(&mut batch, Vec::with_capacity(batch_size));
                     if sender.send(full).is_err() {
@@ -210,7 +221,7 @@ pub fn export(ctx: &Context, args: ExportArgs) -> Result<Status> {
     let store = ctx.home.open_store()?;
     let count = match &args.output {
         None => {
-            let mut out = BufWriter::new(std::io::stdout().lock());
+            let mut out = BufWriter::new(crate::output::stdout());
             let n = write_jsonl(&store, &user, &mut out)?;
             out.flush()?;
             n

@@ -59,11 +59,14 @@ pub fn add(ctx: &Context, args: AddArgs) -> Result<Status> {
             }
         }
         AddOutcome::Duplicate(id) => {
+            // A conflict (exit 4, as the README says), reported the way the first add was, so
+            // scripts learn the id either way.
             if ctx.json {
                 output::json(&json!({"status": "duplicate", "id": id}))?;
             } else {
                 println!("already stored as {id} (same text in the same scope)");
             }
+            return Ok(Status::Conflict);
         }
     }
     Ok(Status::Success)

@@ -134,14 +134,18 @@ fn search_batch(
     let searcher = retrieval::searcher(ctx, Arc::new(ctx.home.open_store()?), profile)?;
     let runtime = retrieval::runtime()?;
     let mut notices_shown = false;
-    let mut out = BufWriter::new(std::io::stdout().lock());
+    let mut out = BufWriter::new(crate::output::stdout());
     let mut failures = 0u64;
     for (index, line) in BufReader::new(reader).lines().enumerate() {
         let line = line.with_context(|| format!("cannot read {}", path.display()))?;
+        let line = match index {
+            0 => line.strip_prefix('\u{feff}').unwrap_or(&line),
+            _ => &line,
+        };
         if line.trim().is_empty() {
             continue;
         }
-        let result = serde_json::from_str::<BatchQuery>(&line)
+        let result = serde_json::from_str::<BatchQuery>(line)
             .map_err(|e| e.to_string())
             .and_then(|q| {
                 let request = SearchRequest {

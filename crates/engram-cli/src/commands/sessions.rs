@@ -143,10 +143,12 @@ fn print_log(log: &SessionLog) {
                     Message::System { content } => {
                         println!("{time}  system: {}", one_line(content, 200));
                     }
-                    Message::User { content } => println!("{time}  you: {content}"),
+                    Message::User { content } => {
+                        println!("{time}  you: {}", crate::output::visible(content));
+                    }
                     Message::Assistant(a) => {
                         if !a.content.is_empty() {
-                            println!("{time}  engram: {}", a.content);
+                            println!("{time}  engram: {}", crate::output::visible(&a.content));
                         }
                         for call in &a.tool_calls {
                             println!(
