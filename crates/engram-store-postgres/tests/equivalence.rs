@@ -445,6 +445,7 @@ async fn restrictive_filters_look_past_the_first_candidates() {
         assert!(!a.is_empty());
         assert_eq!(a, b, "{filter:?} limit {limit}");
     }
+}
 
 /// An add that names its id (an import of an export) and finds the id taken: by the same user's
 /// memory it is that memory again; by another user's it is refused, in either engine, and that
