@@ -1,6 +1,8 @@
 //! `engram bench server`: the HTTP server under load. A real `engram serve` process, batch
 //! ingest through `POST /v1/memories/batch`, then searches from a real load generator (wrk)
-//! through `POST /v1/memories/search`, with a bearer token on every request.
+//! through `POST /v1/memories/search` (or, with `--route`, Mem0's search routes: the hosted
+//! platform's `POST /v3/memories/search/` and the open-source server's `POST /search`), with a
+//! token on every request. Several routes are measured in turns on the same server and data.
 
 use std::fmt::Write as _;
 use std::io::{BufRead, BufReader};
@@ -25,7 +27,9 @@ use crate::output;
 #[derive(Debug, Args)]
 #[command(after_help = "\
 Needs wrk on the PATH (apt-get install wrk) or --wrk PATH. Run it on a release build:
-  cargo build --release --bin engram && ./target/release/engram bench server")]
+  cargo build --release --bin engram && ./target/release/engram bench server
+Compare the native search route with Mem0's, in turns on the same data:
+  ./target/release/engram bench server --route native,mem0,mem0-oss --rounds 3")]
 pub struct BenchServerArgs {
     /// Memories to ingest before searching.
     #[arg(long, default_value = "100000")]
@@ -69,6 +73,54 @@ pub struct BenchServerArgs {
     /// Random seed for the synthetic data.
     #[arg(long, default_value = "7")]
     pub seed: u64,
+    /// The search routes to load (comma-separated or repeated): native (`POST
+    /// /v1/memories/search`), mem0 (the hosted platform's `POST /v3/memories/search/`, as Mem0's
+    /// MemoryClient calls it) or mem0-oss (the open-source server's `POST /search`).
+    #[arg(long, value_enum, value_delimiter = ',', default_value = "native")]
+    pub route: Vec<SearchRoute>,
+    /// Times each route is measured, in turns (figures are the medians).
+    #[arg(long, default_value = "1", value_parser = clap::value_parser!(u32).range(1..=20))]
+    pub rounds: u32,
+}
+
+/// A search route of `engram serve`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum SearchRoute {
+    /// `POST /v1/memories/search`.
+    Native,
+    /// `POST /v3/memories/search/` (Mem0's hosted platform, as MemoryClient calls it).
+    Mem0,
+    /// `POST /search` (Mem0's open-source server).
+    Mem0Oss,
+}
+
+impl SearchRoute {
+    fn path(self) -> &'static str {
+        match self {
+            SearchRoute::Native => "/v1/memories/search",
+            SearchRoute::Mem0 => "/v3/memories/search/",
+            SearchRoute::Mem0Oss => "/search",
+        }
+    }
+
+    /// The request body of one search, as that route's clients send it.
+    fn body(self, user: &str, query: &str, limit: usize) -> serde_json::Value {
+        match self {
+            SearchRoute::Native => json!({"user_id": user, "query": query, "limit": limit}),
+            SearchRoute::Mem0 | SearchRoute::Mem0Oss => {
+                json!({"query": query, "filters": {"user_id": user}, "top_k": limit})
+            }
+        }
+    }
+
+    /// How that route's clients send the token.
+    fn scheme(self) -> &'static str {
+        match self {
+            SearchRoute::Native => "Bearer",
+            SearchRoute::Mem0 | SearchRoute::Mem0Oss => "Token",
+        }
+    }
 }
 
 /// A running `engram serve`; stopped (SIGTERM) when dropped.
@@ -183,7 +235,7 @@ fn load_average() -> String {
         .unwrap_or_else(|_| "unknown".to_string())
 }
 
-#[derive(Debug, Default, Serialize)]
+#[derive(Debug, Clone, Default, Serialize)]
 struct WrkFigures {
     requests_per_second: f64,
     p50_ms: f64,
@@ -256,13 +308,70 @@ struct Report {
     wrk_threads: usize,
     wrk_seconds: u64,
     search_limit: usize,
+    rounds: u32,
+    /// The first route's figures (as before routes could be chosen).
     searches: WrkFigures,
     server_cpu_ms_per_search: f64,
     wrk_cpu_ms_per_search: f64,
+    /// Every route's figures: medians over the rounds.
+    routes: Vec<RouteFigures>,
     server_peak_rss_mib: f64,
     load_average_before: String,
     load_average_after: String,
     cores: usize,
+}
+
+/// One route's search figures.
+#[derive(Debug, Clone, Serialize)]
+struct RouteFigures {
+    route: SearchRoute,
+    path: &'static str,
+    /// Medians over the rounds (requests, errors: sums).
+    searches: WrkFigures,
+    server_cpu_ms_per_search: f64,
+    wrk_cpu_ms_per_search: f64,
+    /// Requests per second of each round, in order.
+    rounds_requests_per_second: Vec<f64>,
+}
+
+fn median(values: &mut [f64]) -> f64 {
+    values.sort_by(f64::total_cmp);
+    match values.len() {
+        0 => 0.0,
+        n if n % 2 == 1 => values[n / 2],
+        n => (values[n / 2 - 1] + values[n / 2]) / 2.0,
+    }
+}
+
+/// The medians of several rounds of one route.
+fn summarise(route: SearchRoute, rounds: &[(WrkFigures, f64, f64)]) -> RouteFigures {
+    let pick = |f: &dyn Fn(&(WrkFigures, f64, f64)) -> f64| {
+        let mut values: Vec<f64> = rounds.iter().map(f).collect();
+        median(&mut values)
+    };
+    let per_search = |(w, cpu): (&WrkFigures, f64)| {
+        if w.requests == 0 {
+            0.0
+        } else {
+            cpu * 1000.0 / w.requests as f64
+        }
+    };
+    RouteFigures {
+        route,
+        path: route.path(),
+        searches: WrkFigures {
+            requests: rounds.iter().map(|r| r.0.requests).sum(),
+            requests_per_second: pick(&|r| r.0.requests_per_second),
+            p50_ms: pick(&|r| r.0.p50_ms),
+            p90_ms: pick(&|r| r.0.p90_ms),
+            p99_ms: pick(&|r| r.0.p99_ms),
+            non_2xx: rounds.iter().map(|r| r.0.non_2xx).sum(),
+            socket_errors: rounds.iter().map(|r| r.0.socket_errors).sum(),
+        },
+        server_cpu_ms_per_search: pick(&|r| per_search((&r.0, r.1))),
+        wrk_cpu_ms_per_search: pick(&|r| per_search((&r.0, r.2))),
+        rounds_requests_per_second: rounds.iter().map(|r| r.0.requests_per_second).collect(),
+    }
 }
 
 /// Runs `engram bench server`.
@@ -389,33 +498,48 @@ pub fn run(ctx: &Context, args: BenchServerArgs) -> Result<Status> {
         added as f64 / ingest_seconds
     );
 
-    // Searches: a wrk script cycling through many different queries and users.
-    let mut script = String::from("local bodies = {\n");
+    // Searches: the same queries and users for every route, a wrk script per route.
+    let mut queries = Vec::with_capacity(4000);
     for _ in 0..4000 {
-        let user = &users[rng.range(0, users.len() as u64 - 1) as usize];
+        let user = users[rng.range(0, users.len() as u64 - 1) as usize].clone();
         let query: Vec<&str> = (0..rng.range(2, 6))
             .map(|_| words.sample(&mut rng))
             .collect();
-        let body = json!({"user_id": user, "query": query.join(" "), "limit": args.limit});
-        writeln!(script, "  [==[{body}]==],")?;
+        queries.push((user, query.join(" ")));
     }
-    write!(
-        script,
-        "}}\nlocal headers = {{[\"Content-Type\"] = \"application/json\", [\"Authorization\"] = \"Bearer {token}\"}}\n\
-         local i = 0\n\
-         request = function()\n  i = i % #bodies + 1\n  return wrk.format(\"POST\", \"/v1/memories/search\", headers, bodies[i])\nend\n"
-    )?;
-    let script_path = home.join("search.lua");
-    std::fs::write(&script_path, script)?;
+    let mut routes = args.route.clone();
+    routes.dedup();
+    if routes.is_empty() {
+        routes.push(SearchRoute::Native);
+    }
+    let mut scripts = Vec::with_capacity(routes.len());
+    for route in &routes {
+        let mut script = String::from("local bodies = {\n");
+        for (user, query) in &queries {
+            let body = route.body(user, query, args.limit);
+            writeln!(script, "  [==[{body}]==],")?;
+        }
+        write!(
+            script,
+            "}}\nlocal headers = {{[\"Content-Type\"] = \"application/json\", [\"Authorization\"] = \"{} {token}\"}}\n\
+             local i = 0\n\
+             request = function()\n  i = i % #bodies + 1\n  return wrk.format(\"POST\", \"{}\", headers, bodies[i])\nend\n",
+            route.scheme(),
+            route.path()
+        )?;
+        let script_path = home.join(format!("search-{:?}.lua", route).to_lowercase());
+        std::fs::write(&script_path, script)?;
+        scripts.push(script_path);
+    }
     // wrk's report, and the CPU seconds wrk used.
-    let wrk = |seconds: u64| -> Result<(String, f64)> {
+    let wrk = |script_path: &std::path::Path, seconds: u64| -> Result<(String, f64)> {
         let mut child = Command::new(&args.wrk)
             .arg(format!("-t{}", args.threads.max(1)))
             .arg(format!("-c{}", args.connections.max(1)))
             .arg(format!("-d{seconds}s"))
             .arg("--latency")
             .arg("-s")
-            .arg(&script_path)
+            .arg(script_path)
             .arg(&server.url)
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
@@ -437,18 +561,43 @@ pub fn run(ctx: &Context, args: BenchServerArgs) -> Result<Status> {
         }
         Ok((stdout, cpu))
     };
-    wrk(5)?;
-    let server_cpu_before = server.cpu_seconds();
-    let (text, wrk_cpu) = wrk(args.duration)?;
-    let server_cpu = server.cpu_seconds() - server_cpu_before;
-    let searches = parse_wrk(&text)?;
-    let per_search_ms = |seconds: f64| {
-        if searches.requests == 0 {
-            0.0
-        } else {
-            seconds * 1000.0 / searches.requests as f64
+    for script in &scripts {
+        wrk(script, 5)?;
+    }
+    // Routes in turns, so that a noisy moment of the machine does not fall on one route only.
+    let mut measured: Vec<Vec<(WrkFigures, f64, f64)>> = vec![Vec::new(); routes.len()];
+    let mut last_text = String::new();
+    for round in 0..args.rounds {
+        for (i, route) in routes.iter().enumerate() {
+            let server_cpu_before = server.cpu_seconds();
+            let (text, wrk_cpu) = wrk(&scripts[i], args.duration)?;
+            let server_cpu = server.cpu_seconds() - server_cpu_before;
+            let figures = parse_wrk(&text)?;
+            eprintln!(
+                "round {} {:?}: {:.0} searches/s, p99 {:.2} ms",
+                round + 1,
+                route,
+                figures.requests_per_second,
+                figures.p99_ms
+            );
+            if figures.non_2xx > 0 {
+                bail!(
+                    "{} answered {} searches with an error status",
+                    route.path(),
+                    figures.non_2xx
+                );
+            }
+            measured[i].push((figures, server_cpu, wrk_cpu));
+            last_text = text;
         }
-    };
+    }
+    let figures: Vec<RouteFigures> = routes
+        .iter()
+        .zip(&measured)
+        .map(|(route, rounds)| summarise(*route, rounds))
+        .collect();
+    let first = figures[0].clone();
+    let text = last_text;
     let report = Report {
         memories: added,
         users: args.users,
@@ -464,9 +613,11 @@ pub fn run(ctx: &Context, args: BenchServerArgs) -> Result<Status> {
         wrk_threads: args.threads,
         wrk_seconds: args.duration,
         search_limit: args.limit,
-        server_cpu_ms_per_search: per_search_ms(server_cpu),
-        wrk_cpu_ms_per_search: per_search_ms(wrk_cpu),
-        searches,
+        rounds: args.rounds,
+        server_cpu_ms_per_search: first.server_cpu_ms_per_search,
+        wrk_cpu_ms_per_search: first.wrk_cpu_ms_per_search,
+        searches: first.searches.clone(),
+        routes: figures,
         server_peak_rss_mib: server.peak_rss_mib(),
         load_average_before: load_before,
         load_average_after: load_average(),
@@ -492,32 +643,37 @@ pub fn run(ctx: &Context, args: BenchServerArgs) -> Result<Status> {
             args.ingest_clients,
             report.ingest_seconds
         );
-        println!(
-            "search         {:.0} requests/s, p50 {:.2} ms, p90 {:.2} ms, p99 {:.2} ms, {} requests, {} non-2xx, {} socket errors (wrk -t{} -c{} -d{}s, limit {})",
-            report.searches.requests_per_second,
-            report.searches.p50_ms,
-            report.searches.p90_ms,
-            report.searches.p99_ms,
-            report.searches.requests,
-            report.searches.non_2xx,
-            report.searches.socket_errors,
-            report.wrk_threads,
-            report.wrk_connections,
-            report.wrk_seconds,
-            report.search_limit
-        );
-        println!(
-            "CPU per search: server {:.3} ms, wrk {:.3} ms (a bound of {:.0} searches/s on {} idle cores)",
-            report.server_cpu_ms_per_search,
-            report.wrk_cpu_ms_per_search,
-            if report.server_cpu_ms_per_search + report.wrk_cpu_ms_per_search > 0.0 {
-                report.cores as f64 * 1000.0
-                    / (report.server_cpu_ms_per_search + report.wrk_cpu_ms_per_search)
-            } else {
-                0.0
-            },
-            report.cores
-        );
+        for route in &report.routes {
+            println!(
+                "search {:<8} {:.0} requests/s, p50 {:.2} ms, p90 {:.2} ms, p99 {:.2} ms, {} requests, {} non-2xx, {} socket errors ({}; wrk -t{} -c{} -d{}s, limit {}, median of {} rounds)",
+                format!("{:?}", route.route).to_lowercase(),
+                route.searches.requests_per_second,
+                route.searches.p50_ms,
+                route.searches.p90_ms,
+                route.searches.p99_ms,
+                route.searches.requests,
+                route.searches.non_2xx,
+                route.searches.socket_errors,
+                route.path,
+                report.wrk_threads,
+                report.wrk_connections,
+                report.wrk_seconds,
+                report.search_limit,
+                report.rounds
+            );
+            println!(
+                "  CPU per search: server {:.3} ms, wrk {:.3} ms (a bound of {:.0} searches/s on {} idle cores)",
+                route.server_cpu_ms_per_search,
+                route.wrk_cpu_ms_per_search,
+                if route.server_cpu_ms_per_search + route.wrk_cpu_ms_per_search > 0.0 {
+                    report.cores as f64 * 1000.0
+                        / (route.server_cpu_ms_per_search + route.wrk_cpu_ms_per_search)
+                } else {
+                    0.0
+                },
+                report.cores
+            );
+        }
         println!("server peak RSS {:.0} MiB", report.server_peak_rss_mib);
     }
     Ok(Status::Success)

@@ -11,6 +11,8 @@ use engram_core::{HistoryEvent, HistoryKind, Memory};
 use jiff::civil::Date;
 use jiff::tz::TimeZone;
 use jiff::{SignedDuration, Timestamp};
+use serde::ser::SerializeMap;
+use serde::{Serialize, Serializer};
 use serde_json::{Map, Value, json};
 
 /// The metadata key that holds Mem0's `app_id`.
@@ -70,63 +72,98 @@ fn user_metadata(memory: &Memory) -> Map<String, Value> {
     metadata
 }
 
-/// One memory as Mem0 shapes it, with `score` for search hits.
+/// A memory's own metadata as JSON (`null` when it has none), written without copying it.
+struct UserMetadata<'a>(&'a Map<String, Value>);
+
+impl UserMetadata<'_> {
+    fn is_empty(&self) -> bool {
+        self.0.keys().all(|k| k == APP_ID)
+    }
+}
+
+impl Serialize for UserMetadata<'_> {
+    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        if self.is_empty() {
+            return serializer.serialize_none();
+        }
+        let mut map = serializer.serialize_map(None)?;
+        for (key, value) in self.0.iter().filter(|(k, _)| *k != APP_ID) {
+            map.serialize_entry(key, value)?;
+        }
+        map.end()
+    }
+}
+
+/// One memory as Mem0 shapes it (with `score` for search hits), serialized straight from the
+/// memory: search answers are the hot path, and a detour through `serde_json::Value` would cost
+/// as much as the writing.
+#[derive(Debug, Clone, Copy)]
+pub struct Item<'a> {
+    /// The memory.
+    pub memory: &'a Memory,
+    /// Which API's shape.
+    pub flavor: Flavor,
+    /// The search score, for hits.
+    pub score: Option<f64>,
+}
+
+impl Serialize for Item<'_> {
+    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        let m = self.memory;
+        let mut map = serializer.serialize_map(None)?;
+        map.serialize_entry("id", &m.id)?;
+        map.serialize_entry("memory", &m.text)?;
+        map.serialize_entry("hash", &m.content_hash)?;
+        map.serialize_entry("metadata", &UserMetadata(&m.metadata))?;
+        map.serialize_entry("created_at", &m.created_at)?;
+        map.serialize_entry("updated_at", &m.updated_at)?;
+        map.serialize_entry("user_id", &m.scope.user_id)?;
+        let app = m.metadata.get(APP_ID);
+        let expiration = m.expires_at.map(expiration_date);
+        let categories: &[String] = m.category.as_slice();
+        match self.flavor {
+            Flavor::OpenSource => {
+                // The open-source server lifts only the scope ids a memory has.
+                if let Some(agent) = &m.scope.agent_id {
+                    map.serialize_entry("agent_id", agent)?;
+                }
+                if let Some(run) = &m.scope.session_id {
+                    map.serialize_entry("run_id", run)?;
+                }
+                if let Some(app) = app {
+                    map.serialize_entry("app_id", app)?;
+                }
+                if let Some(date) = &expiration {
+                    map.serialize_entry("expiration_date", date)?;
+                }
+                if !categories.is_empty() {
+                    map.serialize_entry("categories", categories)?;
+                }
+            }
+            Flavor::Platform => {
+                map.serialize_entry("agent_id", &m.scope.agent_id)?;
+                map.serialize_entry("app_id", &app)?;
+                map.serialize_entry("run_id", &m.scope.session_id)?;
+                map.serialize_entry("session_id", &m.scope.session_id)?;
+                map.serialize_entry("categories", categories)?;
+                map.serialize_entry("expiration_date", &expiration)?;
+            }
+        }
+        if let Some(score) = self.score {
+            map.serialize_entry("score", &score)?;
+        }
+        map.end()
+    }
+}
+
+/// One memory as Mem0 shapes it, as a JSON value (for answers that are edited further).
 pub fn memory_item(memory: &Memory, flavor: Flavor, score: Option<f64>) -> Value {
-    let metadata = user_metadata(memory);
-    let metadata = if metadata.is_empty() {
-        Value::Null
-    } else {
-        Value::Object(metadata)
-    };
-    let mut item = json!({
-        "id": memory.id,
-        "memory": memory.text,
-        "hash": memory.content_hash,
-        "metadata": metadata,
-        "created_at": memory.created_at,
-        "updated_at": memory.updated_at,
-        "user_id": memory.scope.user_id,
-    });
-    let Some(object) = item.as_object_mut() else {
-        return item;
-    };
-    let app = memory.metadata.get(APP_ID).cloned();
-    let expiration = memory.expires_at.map(expiration_date);
-    match flavor {
-        Flavor::OpenSource => {
-            // The open-source server lifts only the scope ids a memory has.
-            if let Some(agent) = &memory.scope.agent_id {
-                object.insert("agent_id".into(), json!(agent));
-            }
-            if let Some(run) = &memory.scope.session_id {
-                object.insert("run_id".into(), json!(run));
-            }
-            if let Some(app) = app {
-                object.insert("app_id".into(), app);
-            }
-            if let Some(date) = expiration {
-                object.insert("expiration_date".into(), json!(date));
-            }
-            if let Some(category) = &memory.category {
-                object.insert("categories".into(), json!([category]));
-            }
-        }
-        Flavor::Platform => {
-            object.insert("agent_id".into(), json!(memory.scope.agent_id));
-            object.insert("app_id".into(), app.unwrap_or(Value::Null));
-            object.insert("run_id".into(), json!(memory.scope.session_id));
-            object.insert("session_id".into(), json!(memory.scope.session_id));
-            object.insert(
-                "categories".into(),
-                json!(memory.category.iter().collect::<Vec<_>>()),
-            );
-            object.insert("expiration_date".into(), json!(expiration));
-        }
-    }
-    if let Some(score) = score {
-        object.insert("score".into(), json!(score));
-    }
-    item
+    serde_json::to_value(Item {
+        memory,
+        flavor,
+        score,
+    })
+    .unwrap_or(Value::Null)
 }
 
 /// Mem0's word for a history event.

@@ -274,18 +274,28 @@ async fn search(
             body.show_expired.unwrap_or(false),
         )
         .await?;
-    let explain = body.explain.unwrap_or(false);
-    let items: Vec<Value> = hits
+    let items: Vec<item::Item> = hits
         .iter()
-        .map(|(m, score)| {
-            let mut item = item::memory_item(m, Flavor::OpenSource, Some(*score));
-            if explain && let Some(object) = item.as_object_mut() {
-                object.insert("score_details".into(), json!({"score": score}));
-            }
-            item
+        .map(|(memory, score)| item::Item {
+            memory,
+            flavor: Flavor::OpenSource,
+            score: Some(*score),
         })
         .collect();
-    Ok(axum::Json(json!({"results": items})).into_response())
+    if body.explain.unwrap_or(false) {
+        let items: Vec<Value> = items
+            .iter()
+            .map(|i| {
+                let mut item = json!(i);
+                if let Some(object) = item.as_object_mut() {
+                    object.insert("score_details".into(), json!({"score": i.score}));
+                }
+                item
+            })
+            .collect();
+        return Ok(axum::Json(json!({"results": items})).into_response());
+    }
+    Ok(axum::Json(super::platform::Results { results: items }).into_response())
 }
 
 /// `POST /reset`: erases every memory the caller may touch. The open-source server allows it

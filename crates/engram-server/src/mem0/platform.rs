@@ -462,17 +462,34 @@ async fn search(
             body.show_expired,
         )
         .await?;
-    let items = project(
-        hits.iter()
-            .map(|(m, score)| item::memory_item(m, Flavor::Platform, Some(*score)))
-            .collect(),
-        &body.fields,
-    );
+    let items: Vec<item::Item> = hits
+        .iter()
+        .map(|(memory, score)| item::Item {
+            memory,
+            flavor: Flavor::Platform,
+            score: Some(*score),
+        })
+        .collect();
+    if body.fields.as_ref().is_some_and(|f| !f.is_empty()) {
+        let items = project(items.iter().map(|i| json!(i)).collect(), &body.fields);
+        return Ok(if wrapped {
+            axum::Json(json!({"results": items})).into_response()
+        } else {
+            axum::Json(items).into_response()
+        });
+    }
+    // Straight to bytes: search is the hot route.
     Ok(if wrapped {
-        axum::Json(json!({"results": items})).into_response()
+        axum::Json(Results { results: items }).into_response()
     } else {
         axum::Json(items).into_response()
     })
+}
+
+/// `{"results": [...]}`, serialized without an intermediate JSON value.
+#[derive(serde::Serialize)]
+pub(super) struct Results<'a> {
+    pub(super) results: Vec<item::Item<'a>>,
 }
 
 async fn get_one(
