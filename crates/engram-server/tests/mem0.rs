@@ -653,10 +653,24 @@ async fn bad_input_gets_a_4xx_with_a_stable_code_and_changes_nothing() {
         ),
         (
             Method::GET,
-            "/v1/entities/",
+            "/v1/entities/filters/",
             Value::Null,
             501,
             "not_supported",
+        ),
+        (
+            Method::DELETE,
+            "/v2/entities/robot/r2/",
+            Value::Null,
+            400,
+            "invalid_request",
+        ),
+        (
+            Method::DELETE,
+            "/v2/entities/user/bob/",
+            Value::Null,
+            403,
+            "forbidden",
         ),
         (
             Method::POST,
@@ -810,4 +824,48 @@ async fn lists_page_and_expiry_hides_until_asked() {
         5,
         "v2 answers a bare list: {v2}"
     );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn entities_are_the_users_the_caller_may_see() {
+    let server = TestServer::start().await;
+    let add = |user: &str| json!({"messages": [{"role": "user", "content": format!("{user} likes tea")}], "user_id": user, "infer": false});
+    // Without any token, this machine sees every user, as Mem0's admin does.
+    for user in ["alice", "bob"] {
+        let response = client()
+            .post(server.url("/memories"))
+            .json(&add(user))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(response.status().as_u16(), 200);
+    }
+    let (status, listed) =
+        json_of(client().get(server.url("/memories")).send().await.unwrap()).await;
+    assert_eq!(
+        (status, listed["results"].as_array().unwrap().len()),
+        (200, 2),
+        "{listed}"
+    );
+    let (_, alice) = server.token(&["alice"]);
+    let (status, entities) = call(&server, Method::GET, "/v1/entities/", &alice, None).await;
+    assert_eq!(status, 200, "{entities}");
+    assert_eq!(entities["results"][0]["name"], "alice");
+    assert_eq!(entities["results"][0]["type"], "user");
+    assert_eq!(entities["results"][0]["total_memories"], 1);
+    assert_eq!(entities["count"], 1, "bob is not alice's: {entities}");
+    let (status, body) = call(
+        &server,
+        Method::DELETE,
+        "/v2/entities/user/alice/",
+        &alice,
+        None,
+    )
+    .await;
+    assert_eq!(
+        (status, body["message"].as_str()),
+        (200, Some("Entity deleted successfully."))
+    );
+    let (_, entities) = call(&server, Method::GET, "/v1/entities/", &alice, None).await;
+    assert_eq!(entities["results"][0]["total_memories"], 0, "{entities}");
 }

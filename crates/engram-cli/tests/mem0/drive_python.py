@@ -158,6 +158,15 @@ def main():
     answer = client.delete_all(user_id=user)
     check("deleted" in answer["message"].lower(), f"delete_all: {answer}")
     check(client.get_all(filters={"user_id": user})["count"] == 0, "delete_all left memories")
+
+    # Entities: the token's users; reset erases them (and nobody else's).
+    client.add("I prefer tea to coffee.", user_id=user, infer=False)
+    entities = client.users()
+    check([(e["type"], e["name"], e["total_memories"]) for e in entities["results"]] == [("user", user, 1)], f"users: {entities}")
+    other.add("Mallory likes puzzles.", user_id="mallory", infer=False)
+    client.reset()
+    check(client.get_all(filters={"user_id": user})["count"] == 0, "reset left memories")
+    check(other.get_all(filters={"user_id": "mallory"})["count"] == 1, "reset reached another user")
     seen["ok"] = True
     return seen
 

@@ -229,12 +229,18 @@ impl Mem0State {
         Ok(user)
     }
 
-    /// The users a request without a named user may see: its token's users, else the
-    /// server's default user.
-    fn visible_users(&self, access: &Access) -> Result<Vec<String>, ApiError> {
+    /// The users a request without a named user may see: its token's users, else (a local
+    /// request without a token) every user with memories, as Mem0's admin sees them.
+    async fn visible_users(&self, access: &Access) -> Result<Vec<String>, ApiError> {
         match access {
             Access::Token { users, .. } => Ok(users.clone()),
-            Access::Local => Ok(vec![self.owner(access, None)?]),
+            Access::Local => Ok(self
+                .service()
+                .users(access)
+                .await?
+                .into_iter()
+                .map(|u| u.user_id)
+                .collect()),
         }
     }
 
@@ -388,7 +394,7 @@ impl Mem0State {
     }
 
     /// The users a filter reaches, each checked against the caller's access.
-    fn users_of(&self, access: &Access, cond: &Cond) -> Result<Vec<String>, ApiError> {
+    async fn users_of(&self, access: &Access, cond: &Cond) -> Result<Vec<String>, ApiError> {
         match cond.users() {
             Some(users) => {
                 for user in &users {
@@ -396,18 +402,18 @@ impl Mem0State {
                 }
                 Ok(users.into_iter().collect())
             }
-            None => self.visible_users(access),
+            None => self.visible_users(access).await,
         }
     }
 
     /// The store filters for a Mem0 filter, one per user, and whether they say all of it.
-    fn plan(
+    async fn plan(
         &self,
         access: &Access,
         cond: &Cond,
         show_expired: bool,
     ) -> Result<(Vec<Filter>, bool), ApiError> {
-        let users = self.users_of(access, cond)?;
+        let users = self.users_of(access, cond).await?;
         let mut exact = true;
         let mut filters = Vec::with_capacity(users.len());
         for user in users {
@@ -438,7 +444,7 @@ impl Mem0State {
                 "top_k must be between 1 and {MAX_TOP_K}, got {top_k}"
             )));
         }
-        let (filters, exact) = self.plan(access, cond, show_expired)?;
+        let (filters, exact) = self.plan(access, cond, show_expired).await?;
         let mut hits: Vec<(Memory, f64)> = Vec::new();
         for filter in filters {
             // When the store cannot apply the whole filter, ask for more and check each.
@@ -490,7 +496,7 @@ impl Mem0State {
         offset: usize,
         limit: usize,
     ) -> Result<(u64, Vec<Memory>), ApiError> {
-        let (filters, exact) = self.plan(access, cond, show_expired)?;
+        let (filters, exact) = self.plan(access, cond, show_expired).await?;
         if let ([filter], true) = (filters.as_slice(), exact) {
             let total = self.service().count(access, filter.clone()).await?;
             let page = self
@@ -556,7 +562,7 @@ impl Mem0State {
 
     /// Deletes every memory a filter reaches; the history of each records the deletion.
     async fn delete_all(&self, access: &Access, cond: &Cond) -> Result<usize, ApiError> {
-        let (filters, _) = self.plan(access, cond, true)?;
+        let (filters, _) = self.plan(access, cond, true).await?;
         let doomed = self.scan(access, &filters, cond, true).await?;
         for memory in &doomed {
             self.service().delete(access, memory.id).await?;

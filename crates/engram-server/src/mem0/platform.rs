@@ -45,11 +45,19 @@ pub(super) fn routes() -> Router<Mem0State> {
         .route("/v1/batch/", put(batch_update).delete(batch_delete))
         .route("/v1/event/{event_id}/", get(event));
     // Platform features without an engram counterpart: a clear 501, never a 404 or a 500.
+    router = router
+        .route("/v1/entities/", get(entities))
+        .route(
+            "/v2/entities/{kind}/{name}/",
+            axum::routing::delete(delete_entity),
+        )
+        .route(
+            "/v1/entities/{kind}/{name}/",
+            axum::routing::delete(delete_entity),
+        );
     for path in [
         "/api/v1/{*rest}",
-        "/v1/entities/",
-        "/v1/entities/{*rest}",
-        "/v2/entities/{*rest}",
+        "/v1/entities/filters/",
         "/v1/events/",
         "/v1/memories/events/",
         "/v1/memories/search/",
@@ -735,6 +743,58 @@ async fn batch_delete(
         axum::Json(json!({"message": format!("Successfully deleted {} memories", doomed.len())}))
             .into_response(),
     )
+}
+
+/// `GET /v1/entities/`: the users the caller may see, as Mem0 lists its entities.
+async fn entities(
+    State(state): State<Mem0State>,
+    Extension(access): Extension<Access>,
+) -> Result<Response, ApiError> {
+    let users = state.service().users(&access).await?;
+    let results: Vec<Value> = users
+        .iter()
+        .map(|u| {
+            json!({
+                "id": u.user_id, "name": u.user_id, "type": "user",
+                "total_memories": u.memories, "owner": null, "organization": null,
+                "metadata": null, "created_at": null, "updated_at": null,
+            })
+        })
+        .collect();
+    Ok(axum::Json(json!({
+        "count": results.len(), "next": null, "previous": null, "results": results,
+    }))
+    .into_response())
+}
+
+/// `DELETE /v2/entities/{type}/{name}/`: a user (all their memories and history, for good), or
+/// every memory of an agent, app or run among the users the caller may see.
+async fn delete_entity(
+    State(state): State<Mem0State>,
+    Extension(access): Extension<Access>,
+    Path((kind, name)): Path<(String, String)>,
+) -> Result<Response, ApiError> {
+    let key = match kind.as_str() {
+        "user" => {
+            state.forget(&access, &name).await?;
+            return Ok(
+                axum::Json(json!({"message": "Entity deleted successfully."})).into_response(),
+            );
+        }
+        "agent" => "agent_id",
+        "app" => "app_id",
+        "run" => "run_id",
+        other => {
+            return Err(ApiError::invalid(format!(
+                "unknown entity type '{other}' (expected user, agent, app or run)"
+            )));
+        }
+    };
+    let mut filters = Map::new();
+    filters.insert(key.into(), Value::String(name));
+    let cond = filter::parse(&filters, Dialect::Platform)?;
+    state.delete_all(&access, &cond).await?;
+    Ok(axum::Json(json!({"message": "Entity deleted successfully."})).into_response())
 }
 
 async fn event(
