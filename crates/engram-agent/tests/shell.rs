@@ -6,7 +6,7 @@ mod common;
 use std::time::{Duration, Instant};
 
 use common::{Fixture, content_of, error_of, read_pid, wait_until_dead};
-use engram_agent::tools::{BuiltinOptions, ShellOptions};
+use engram_agent::tools::{BuiltinOptions, ShellLimits, ShellOptions};
 use serde_json::json;
 
 fn with_shell(shell: ShellOptions) -> Fixture {
@@ -296,4 +296,62 @@ async fn commands_get_no_stdin() {
     let f = Fixture::new();
     let out = f.call("bash", json!({"command": "cat; echo after"})).await;
     assert_eq!(content_of(&out), "after\n[exit code 0]");
+}
+
+#[tokio::test]
+async fn commands_get_an_allow_listed_environment_without_secrets() {
+    // cargo gives this test process CARGO_* variables: not on the list, so not passed on,
+    // unless named.
+    assert!(std::env::var_os("CARGO_MANIFEST_DIR").is_some());
+    let f = Fixture::new();
+    let out = f.call("bash", json!({"command": "env"})).await;
+    let env = content_of(&out);
+    assert!(env.lines().any(|l| l.starts_with("PATH=")), "{env}");
+    assert!(!env.contains("CARGO_MANIFEST_DIR"), "{env}");
+    assert!(!env.contains("CARGO_PKG_NAME"), "{env}");
+
+    let f = with_shell(ShellOptions {
+        pass_env: vec!["CARGO_PKG_NAME".to_string()],
+        ..ShellOptions::default()
+    });
+    let out = f.call("bash", json!({"command": "env"})).await;
+    let env = content_of(&out);
+    assert!(env.contains("CARGO_PKG_NAME=engram-agent"), "{env}");
+    assert!(!env.contains("CARGO_MANIFEST_DIR"), "{env}");
+}
+
+#[tokio::test]
+async fn commands_run_under_resource_limits_they_cannot_raise() {
+    let f = with_shell(ShellOptions {
+        limits: ShellLimits {
+            extra_processes: 4096,
+            max_file_bytes: 1 << 20,
+            max_memory_bytes: Some(1 << 30),
+        },
+        ..ShellOptions::default()
+    });
+    let out = f
+        .call(
+            "bash",
+            json!({"command": "ulimit -H -f; ulimit -S -f; ulimit -c; ulimit -d; ulimit -u"}),
+        )
+        .await;
+    let text = content_of(&out);
+    let values: Vec<&str> = text.lines().take(5).collect();
+    assert_eq!(&values[..4], ["1024", "1024", "0", "1048576"], "{text}");
+    assert_ne!(values[4], "unlimited", "{text}");
+
+    // A file past the limit is cut off (the writer gets SIGXFSZ); only root could raise the
+    // hard limit again.
+    let out = f
+        .call(
+            "bash",
+            json!({"command": "head -c 2000000 /dev/zero > big; ls -l big | awk '{print $5}'; ulimit -f unlimited"}),
+        )
+        .await;
+    let text = out.content.clone();
+    assert!(text.contains("1048576"), "{text}");
+    if !rustix::process::getuid().is_root() {
+        assert!(text.contains("cannot modify limit"), "{text}");
+    }
 }

@@ -63,6 +63,10 @@ pub struct AgentSettings {
     pub user: Option<String>,
     /// The agent's workspace directory (default: ENGRAM_HOME/workspace).
     pub workspace: Option<PathBuf>,
+    /// Variables of engram's environment the bash tool passes to commands besides the safe
+    /// ones (PATH, HOME, the locale, ...), e.g. `["GH_TOKEN"]`. The model's API key is never
+    /// passed.
+    pub shell_env: Vec<String>,
 }
 
 /// The `[memory]` section: the memory manager and the working memory's budget. Every key is
@@ -326,6 +330,7 @@ mod tests {
                 tool_mode: Some(ToolModeSetting::Json),
                 user: Some("alice".into()),
                 workspace: Some("/tmp/ws".into()),
+                shell_env: Vec::new(),
             }
         );
         assert!(config.warnings.is_empty(), "{:?}", config.warnings);

@@ -687,3 +687,47 @@ fn scheduled_turns_keep_their_jobs_session() {
     assert!(out.status.success());
     assert!(stdout.contains(&format!("cron:{id}")), "{stdout}");
 }
+
+#[test]
+fn the_bash_tool_never_sees_the_model_key() {
+    let home = Home::new();
+    home.write_config(
+        "[llm]\nretry_base_delay_ms = 10\n[agent]\nshell_env = [\"OPENAI_API_KEY\", \"ENGRAM_TEST_PASSED\"]\n",
+    );
+    let server = ScriptedServer::spawn(vec![
+        Turn::tool_call("bash", json!({"command": "env"})),
+        Turn::text("done"),
+    ])
+    .unwrap();
+    let (out, _, stderr) = output(
+        home.run(&server, Provider::OpenAi, "show the environment")
+            .env("ENGRAM_TEST_PASSED", "visible")
+            .env("ENGRAM_TEST_SECRET", "hidden"),
+    );
+    assert!(out.status.success(), "{stderr}");
+    assert!(
+        stderr.contains("shell_env names OPENAI_API_KEY, which holds the model's API key"),
+        "{stderr}"
+    );
+    let history = home.dumped_history();
+    let result = history
+        .iter()
+        .find_map(|m| match m {
+            Message::Tool(t) => Some(t.content.clone()),
+            _ => None,
+        })
+        .unwrap();
+    assert!(result.contains("PATH="), "{result}");
+    assert!(result.contains("ENGRAM_TEST_PASSED=visible"), "{result}");
+    for secret in [
+        SCRIPTED_KEY,
+        "OPENAI_API_KEY",
+        "ENGRAM_TEST_SECRET",
+        "hidden",
+    ] {
+        assert!(
+            !result.contains(secret),
+            "{secret} reached the command: {result}"
+        );
+    }
+}

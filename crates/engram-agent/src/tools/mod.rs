@@ -42,7 +42,9 @@ pub use list::{DEFAULT_MAX_ENTRIES, ListDirTool};
 pub use notes::{NotesError, NotesFile, RecallNotesTool, RecordNoteTool};
 pub use read::{ReadFileTool, ReadLimits};
 pub use registry::{RegistryError, ToolRegistry, to_anthropic, to_openai};
-pub use shell::{BashKillTool, BashOutputTool, BashTool, Shell, ShellOptions};
+pub use shell::{
+    BashKillTool, BashOutputTool, BashTool, SAFE_ENV, Shell, ShellLimits, ShellOptions,
+};
 pub use workspace::{PathError, Workspace, WorkspaceError};
 pub use write::{EditFileTool, WriteFileTool};
 

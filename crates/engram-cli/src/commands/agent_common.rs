@@ -104,7 +104,9 @@ pub fn prepare(ctx: &Context, args: &AgentArgs) -> Result<AgentSetup> {
         store,
         scope: Scope::user(user.clone()),
     };
-    let mut registry = ToolRegistry::with_builtins(&workspace, &BuiltinOptions::default(), memory)
+    let mut options = BuiltinOptions::default();
+    options.shell.pass_env = shell_env(&config);
+    let mut registry = ToolRegistry::with_builtins(&workspace, &options, memory)
         .context("cannot set up the agent's tools")?;
     registry
         .register(CronTool::new(super::cron::open_scheduler(ctx)?))
@@ -425,6 +427,32 @@ pub fn default_user(config: &Config, explicit: Option<String>) -> String {
         .filter(|u| !u.trim().is_empty())
         .or_else(|| config.agent.user.clone().filter(|u| !u.trim().is_empty()))
         .unwrap_or_else(os_user)
+}
+
+/// `[agent] shell_env`, without the variables that hold model API keys (warned about: they
+/// never reach a command).
+fn shell_env(config: &Config) -> Vec<String> {
+    let mut keys = vec![
+        "OPENAI_API_KEY".to_string(),
+        "ANTHROPIC_API_KEY".to_string(),
+    ];
+    keys.extend(config.llm.api_key_env.clone());
+    config
+        .agent
+        .shell_env
+        .iter()
+        .filter(|name| {
+            let secret = keys.contains(name);
+            if secret {
+                eprintln!(
+                    "warning: [agent] shell_env names {name}, which holds the model's API key; \
+                     it is not passed to commands"
+                );
+            }
+            !secret
+        })
+        .cloned()
+        .collect()
 }
 
 /// The operating-system user name, for whose memory the agent uses by default.

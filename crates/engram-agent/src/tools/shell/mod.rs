@@ -5,8 +5,11 @@
 //! directory. A foreground command's whole group is killed when it returns or times out, and
 //! every background group is killed when the [`Shell`] is dropped (that is, when the last of
 //! its three tools goes, normally with the registry). A command that calls `setsid` or
-//! daemonizes itself leaves the group and is out of reach: the shell is confined by its working
-//! directory and the deny list only, it is not a sandbox.
+//! daemonizes itself leaves the group and is out of reach. Commands get an allow-listed
+//! environment ([`SAFE_ENV`] and what the user passes: never the model's API key), resource
+//! limits ([`ShellLimits`]: processes, file size, memory, no core dumps) and the deny list's
+//! check; that is a guard rail against accidents and the plain forms of injected commands, not
+//! a sandbox.
 
 mod deny;
 mod output;
@@ -23,11 +26,12 @@ use serde::Deserialize;
 use serde_json::{Value, json};
 
 use self::output::HeadTail;
-use self::process::{ProcessGroup, describe_exit, lock, pump, spawn_bash};
+use self::process::{Launcher, ProcessGroup, describe_exit, lock, pump, spawn_bash};
+pub use self::process::{SAFE_ENV, ShellLimits};
 use super::workspace::Workspace;
 use super::{AbortOnDrop, parse_args};
 
-pub use self::deny::check as check_deny_list;
+pub use self::deny::{check as check_deny_list, check_in as check_deny_list_in};
 
 /// Time the output reader gets to drain the pipe after a command's processes are gone.
 const DRAIN_GRACE: Duration = Duration::from_millis(500);
@@ -43,6 +47,10 @@ pub struct ShellOptions {
     pub output_cap_bytes: usize,
     /// Background commands that may run at once.
     pub max_background: usize,
+    /// Variables of engram's environment passed to commands besides [`SAFE_ENV`] (by name).
+    pub pass_env: Vec<String>,
+    /// Resource limits of every command.
+    pub limits: ShellLimits,
 }
 
 impl Default for ShellOptions {
@@ -52,6 +60,8 @@ impl Default for ShellOptions {
             max_timeout: Duration::from_secs(600),
             output_cap_bytes: 30_000,
             max_background: 8,
+            pass_env: Vec::new(),
+            limits: ShellLimits::default(),
         }
     }
 }
@@ -61,6 +71,7 @@ impl Default for ShellOptions {
 pub struct Shell {
     workspace: Workspace,
     options: ShellOptions,
+    launcher: Launcher,
     jobs: Mutex<Jobs>,
 }
 
@@ -98,9 +109,11 @@ enum JobStatus {
 impl Shell {
     /// A shell working in `workspace`.
     pub fn new(workspace: Workspace, options: ShellOptions) -> Arc<Self> {
+        let launcher = Launcher::new(&options.pass_env, &options.limits);
         Arc::new(Self {
             workspace,
             options,
+            launcher,
             jobs: Mutex::new(Jobs::default()),
         })
     }
@@ -120,7 +133,7 @@ impl Shell {
 
     /// Runs `command` to completion or until `timeout`, whichever comes first.
     async fn run_foreground(&self, command: &str, timeout: Duration) -> ToolOutput {
-        let spawned = match spawn_bash(command, self.workspace.root()) {
+        let spawned = match spawn_bash(command, self.workspace.root(), &self.launcher) {
             Ok(spawned) => spawned,
             Err(e) => return ToolOutput::error(format!("cannot start bash: {e}")),
         };
@@ -197,7 +210,7 @@ impl Shell {
                  bash_kill first"
             ));
         }
-        let spawned = match spawn_bash(command, self.workspace.root()) {
+        let spawned = match spawn_bash(command, self.workspace.root(), &self.launcher) {
             Ok(spawned) => spawned,
             Err(e) => return ToolOutput::error(format!("cannot start bash: {e}")),
         };
@@ -409,7 +422,7 @@ impl Tool for BashTool {
         if args.command.trim().is_empty() {
             return ToolOutput::error("the command is empty");
         }
-        if let Some(reason) = deny::check(&args.command) {
+        if let Some(reason) = deny::check_in(&args.command, self.shell.workspace.root()) {
             return ToolOutput::error(format!(
                 "refused: {reason}. This command is on the deny list of destructive commands \
                  (a guard rail against accidents, not a sandbox). If it is really needed, ask the \

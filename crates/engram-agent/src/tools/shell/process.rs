@@ -50,14 +50,191 @@ pub(crate) struct Spawned {
     pub(crate) output: pipe::Receiver,
 }
 
-/// Starts `bash -c command` in `cwd`, in a new process group, stdin closed, stdout and stderr
-/// going to one pipe.
-pub(crate) fn spawn_bash(command: &str, cwd: &Path) -> io::Result<Spawned> {
+/// Environment variables every command gets from engram's own environment: where programs
+/// and the user's files are, the locale, the terminal, temporary folders, and the usual
+/// toolchain homes. Nothing else: API keys, tokens and passwords in engram's environment (the
+/// model's key above all) never reach a command unless the user names them in
+/// `[agent] shell_env`.
+pub const SAFE_ENV: &[&str] = &[
+    "PATH",
+    "HOME",
+    "USER",
+    "LOGNAME",
+    "SHELL",
+    "LANG",
+    "LANGUAGE",
+    "TERM",
+    "COLORTERM",
+    "NO_COLOR",
+    "TZ",
+    "TMPDIR",
+    "TMP",
+    "TEMP",
+    "XDG_CONFIG_HOME",
+    "XDG_CACHE_HOME",
+    "XDG_DATA_HOME",
+    "XDG_STATE_HOME",
+    "XDG_RUNTIME_DIR",
+    "EDITOR",
+    "VISUAL",
+    "CARGO_HOME",
+    "RUSTUP_HOME",
+    "RUSTUP_TOOLCHAIN",
+    "GOPATH",
+    "GOROOT",
+    "GOBIN",
+    "JAVA_HOME",
+    "VIRTUAL_ENV",
+    "CONDA_PREFIX",
+    "PYENV_ROOT",
+    "NVM_DIR",
+    "NODE_PATH",
+    "PYTHONPATH",
+];
+
+/// Whether a variable of engram's environment goes to commands: [`SAFE_ENV`], the locale's
+/// `LC_*`, and the names the user passes.
+pub(crate) fn passes(name: &str, extra: &[String]) -> bool {
+    SAFE_ENV.contains(&name) || name.starts_with("LC_") || extra.iter().any(|e| e == name)
+}
+
+/// Limits every command and its children run under (`setrlimit`, hard and soft, applied by the
+/// shell before the command starts): a guard against runaway commands, not a sandbox.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ShellLimits {
+    /// Processes (threads, as Linux counts them) the user may have, added to those the user
+    /// already has when the shell is set up (`ulimit -u`): a fork bomb stops there.
+    pub extra_processes: u64,
+    /// The largest file a command may write, in bytes (`ulimit -f`).
+    pub max_file_bytes: u64,
+    /// Memory (the data segment, heap and private mappings) a process may use, in bytes
+    /// (`ulimit -d`); `None`: three quarters of the machine's memory.
+    pub max_memory_bytes: Option<u64>,
+}
+
+impl Default for ShellLimits {
+    fn default() -> Self {
+        Self {
+            extra_processes: 4096,
+            max_file_bytes: 8 << 30,
+            max_memory_bytes: None,
+        }
+    }
+}
+
+/// How commands are started: their environment and limits, worked out once per shell.
+#[derive(Debug, Clone)]
+pub(crate) struct Launcher {
+    /// The environment commands get (nothing else is inherited).
+    env: Vec<(std::ffi::OsString, std::ffi::OsString)>,
+    /// `ulimit` settings run before the command, as one shell line.
+    ulimits: String,
+}
+
+impl Launcher {
+    /// The environment from engram's own, filtered; the limits from `limits` and the machine.
+    pub(crate) fn new(pass_env: &[String], limits: &ShellLimits) -> Self {
+        let env = std::env::vars_os()
+            .filter(|(name, _)| name.to_str().is_some_and(|n| passes(n, pass_env)))
+            .collect();
+        Self {
+            env,
+            ulimits: ulimit_line(limits),
+        }
+    }
+}
+
+/// `ulimit -H -S` for each limit (hard too, so a command cannot raise it again), each value no
+/// higher than what engram itself may use (lowering always works). A limit the system refuses
+/// is reported in the command's output and the command still runs.
+fn ulimit_line(limits: &ShellLimits) -> String {
+    use rustix::process::{Resource, getrlimit};
+    let cap = |resource: Resource, wanted: u64| -> u64 {
+        getrlimit(resource)
+            .maximum
+            .map_or(wanted, |hard| hard.min(wanted))
+    };
+    let processes = cap(
+        Resource::Nproc,
+        user_tasks().saturating_add(limits.extra_processes),
+    );
+    let memory = limits
+        .max_memory_bytes
+        .or_else(|| physical_memory().map(|total| total / 4 * 3));
+    // bash counts file sizes and memory in KiB.
+    let mut line = format!(
+        "ulimit -H -S -u {processes}; ulimit -H -S -f {}; ulimit -H -S -c 0",
+        cap(Resource::Fsize, limits.max_file_bytes) / 1024
+    );
+    if let Some(memory) = memory {
+        line.push_str(&format!(
+            "; ulimit -H -S -d {}",
+            cap(Resource::Data, memory) / 1024
+        ));
+    }
+    line
+}
+
+/// Tasks (processes and their threads) of this user now, from /proc; 0 when unknown.
+fn user_tasks() -> u64 {
+    let uid = rustix::process::getuid().as_raw();
+    let Ok(entries) = std::fs::read_dir("/proc") else {
+        return 0;
+    };
+    let mut tasks = 0u64;
+    for entry in entries.flatten() {
+        if !entry
+            .file_name()
+            .to_string_lossy()
+            .bytes()
+            .all(|b| b.is_ascii_digit())
+        {
+            continue;
+        }
+        let Ok(status) = std::fs::read_to_string(entry.path().join("status")) else {
+            continue;
+        };
+        let field = |name: &str| {
+            status
+                .lines()
+                .find_map(|l| l.strip_prefix(name))
+                .and_then(|rest| rest.split_whitespace().next())
+                .and_then(|v| v.parse::<u64>().ok())
+        };
+        if field("Uid:") == Some(u64::from(uid)) {
+            tasks += field("Threads:").unwrap_or(1);
+        }
+    }
+    tasks
+}
+
+/// The machine's memory in bytes, from /proc/meminfo.
+fn physical_memory() -> Option<u64> {
+    let info = std::fs::read_to_string("/proc/meminfo").ok()?;
+    let kib: u64 = info
+        .lines()
+        .find_map(|l| l.strip_prefix("MemTotal:"))?
+        .split_whitespace()
+        .next()?
+        .parse()
+        .ok()?;
+    kib.checked_mul(1024)
+}
+
+/// Starts `command` with bash in `cwd`, in a new process group, stdin closed, stdout and stderr
+/// going to one pipe, with the launcher's environment (and nothing else) and limits. The
+/// limits are set by a first bash that then becomes `bash -c command` (exec), so the command
+/// starts already limited and runs exactly as `bash -c` would run it.
+pub(crate) fn spawn_bash(command: &str, cwd: &Path, launcher: &Launcher) -> io::Result<Spawned> {
     let (reader, writer) = io::pipe()?;
     let mut bash = Command::new("bash");
     bash.arg("-c")
+        .arg(format!("{}; exec bash -c \"$1\"", launcher.ulimits))
+        .arg("engram-shell")
         .arg(command)
         .current_dir(cwd)
+        .env_clear()
+        .envs(launcher.env.iter().map(|(k, v)| (k, v)))
         .stdin(Stdio::null())
         .stdout(writer.try_clone()?)
         .stderr(writer)
