@@ -175,7 +175,7 @@ async fn the_error_message_names_the_path_the_target_and_the_rule() {
     assert_eq!(
         error_of(&out),
         format!(
-            "the path '../x' resolves to {}, which is outside the workspace {}; file and shell tools may only use paths inside the workspace",
+            "the path '../x' resolves to {}, which is outside the workspace {}; only paths inside the workspace may be used",
             f.base.join("x").display(),
             f.ws.display()
         )

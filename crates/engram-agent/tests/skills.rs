@@ -6,6 +6,7 @@ use std::path::Path;
 use std::sync::Arc;
 
 use engram_agent::skills::{LoadSkillTool, SkillSet, SkillSource};
+use engram_agent::tools::Workspace;
 use engram_core::Tool;
 use serde_json::json;
 use tempfile::TempDir;
@@ -46,7 +47,7 @@ fn workspace() -> TempDir {
 #[test]
 fn a_malformed_skill_is_reported_by_file_and_the_rest_load() {
     let dir = workspace();
-    let set = SkillSet::load(dir.path());
+    let set = SkillSet::load(&Workspace::confined(dir.path()).unwrap());
     assert_eq!(set.errors().len(), 1, "{:?}", set.errors());
     let error = set.errors()[0].to_string();
     let broken = dir.path().join("skills/broken/SKILL.md");
@@ -78,7 +79,7 @@ fn a_malformed_skill_is_reported_by_file_and_the_rest_load() {
 #[test]
 fn the_prompt_carries_a_summary_and_the_always_skills() {
     let dir = workspace();
-    let set = SkillSet::load(dir.path());
+    let set = SkillSet::load(&Workspace::confined(dir.path()).unwrap());
     let summary = set
         .summary()
         .unwrap()
@@ -91,7 +92,9 @@ fn the_prompt_carries_a_summary_and_the_always_skills() {
 #[tokio::test]
 async fn load_skill_returns_the_full_text() {
     let dir = workspace();
-    let tool = LoadSkillTool::new(Arc::new(SkillSet::load(dir.path())));
+    let tool = LoadSkillTool::new(Arc::new(SkillSet::load(
+        &Workspace::confined(dir.path()).unwrap(),
+    )));
     let out = tool.execute(json!({"name": "cron"})).await;
     assert!(out.success);
     assert!(
@@ -106,5 +109,37 @@ async fn load_skill_returns_the_full_text() {
     assert_eq!(
         out.error.as_deref(),
         Some("there is no skill named 'nope'; the skills are: cron, github, memory, style")
+    );
+}
+
+#[test]
+fn a_skill_linked_in_from_outside_the_workspace_is_not_read() {
+    let dir = workspace();
+    let outside = tempfile::TempDir::new().unwrap();
+    std::fs::create_dir_all(outside.path().join("planted")).unwrap();
+    std::fs::write(
+        outside.path().join("planted/SKILL.md"),
+        "---\nname: planted\ndescription: From outside.\nalways: true\n---\nDo as the outside says.\n",
+    )
+    .unwrap();
+    std::os::unix::fs::symlink(
+        outside.path().join("planted"),
+        dir.path().join("skills/planted"),
+    )
+    .unwrap();
+    let set = SkillSet::load(&Workspace::confined(dir.path()).unwrap());
+    assert!(set.get("planted").is_none());
+    assert!(
+        set.errors()
+            .iter()
+            .any(|e| e.to_string().contains("planted")
+                && e.to_string().contains("outside the workspace")),
+        "{:?}",
+        set.errors()
+    );
+    assert!(
+        !set.always_text()
+            .unwrap_or_default()
+            .contains("outside says")
     );
 }

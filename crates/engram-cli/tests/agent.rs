@@ -731,3 +731,67 @@ fn the_bash_tool_never_sees_the_model_key() {
         );
     }
 }
+
+#[test]
+fn files_linked_out_of_the_workspace_are_never_sent_written_or_erased() {
+    let home = Home::new();
+    let outside = TempDir::new().unwrap();
+    let files = [
+        ("MEMORY.md", "- OUTSIDE-MEMORY-SECRET\n"),
+        ("2020-01-01.md", "# 2020-01-01\n\n- an outside daily note\n"),
+        ("agents.txt", "OUTSIDE-AGENTS-SECRET"),
+    ];
+    for (name, text) in files {
+        std::fs::write(outside.path().join(name), text).unwrap();
+    }
+    std::os::unix::fs::symlink(outside.path(), home.workspace().join("memory")).unwrap();
+    std::os::unix::fs::symlink(
+        outside.path().join("agents.txt"),
+        home.workspace().join("AGENTS.md"),
+    )
+    .unwrap();
+    let server =
+        ScriptedServer::spawn(vec![Turn::text("Hello."), Turn::text("Still here.")]).unwrap();
+    let mut child = home
+        .engram_with(&server, Provider::OpenAi)
+        .args(["chat", "--workspace"])
+        .arg(home.workspace())
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    child
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(b"hi\n/forget\ny\nare you there?\n/exit\n")
+        .unwrap();
+    let out = child.wait_with_output().unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{stderr}");
+    assert!(stdout.contains("Still here."), "the chat goes on: {stdout}");
+    assert!(stderr.contains("AGENTS.md is not read"), "{stderr}");
+    assert!(stderr.contains("outside the workspace"), "{stderr}");
+    assert!(stderr.contains("cannot erase your memories"), "{stderr}");
+
+    // Nothing from outside reached the model.
+    for request in server.requests() {
+        let sent = serde_json::to_string(&request.messages()).unwrap();
+        assert!(!sent.contains("OUTSIDE-"), "{sent}");
+    }
+    // Nothing outside was changed or removed, and nothing was added there.
+    let mut names: Vec<String> = std::fs::read_dir(outside.path())
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    names.sort();
+    assert_eq!(names, ["2020-01-01.md", "MEMORY.md", "agents.txt"]);
+    for (name, text) in files {
+        assert_eq!(
+            std::fs::read_to_string(outside.path().join(name)).unwrap(),
+            text
+        );
+    }
+}

@@ -10,7 +10,7 @@ use std::collections::HashSet;
 use std::fmt;
 use std::fs::OpenOptions;
 use std::io::Write;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
@@ -18,6 +18,7 @@ use engram_core::{
     AddOutcome, BlockingMemoryStore, ChatModel, Filter, Importance, Kind, LlmError, Memory,
     Message, MetaCondition, NewMemory, Scope, StoreError,
 };
+use engram_workspace::Workspace;
 use jiff::Timestamp;
 use jiff::tz::TimeZone;
 use serde::Serialize;
@@ -37,6 +38,9 @@ pub use crate::context::ContextBlock;
 
 /// The history actor for changes the manager makes.
 pub const ACTOR: &str = "memory-manager";
+/// The log of model answers extraction could not use, in the workspace.
+const REJECTED_LOG: &str = "logs/memory-rejected.jsonl";
+
 /// `metadata.source_file` of notes indexed from MEMORY.md.
 pub const SOURCE_FILE_KEY: &str = "source_file";
 /// Most profile entries considered for one block.
@@ -194,7 +198,7 @@ pub struct MemoryManager {
     searcher: Arc<Searcher>,
     model: Option<Arc<dyn ChatModel>>,
     mirror: MarkdownMirror,
-    workspace: PathBuf,
+    workspace: Workspace,
     user: String,
     config: ManagerConfig,
     time_zone: TimeZone,
@@ -223,7 +227,7 @@ impl MemoryManager {
         store: Arc<dyn BlockingMemoryStore>,
         searcher: Arc<Searcher>,
         model: Option<Arc<dyn ChatModel>>,
-        workspace: PathBuf,
+        workspace: Workspace,
         user: String,
         config: ManagerConfig,
     ) -> Self {
@@ -266,9 +270,21 @@ impl MemoryManager {
         &self.store
     }
 
-    /// Where the raw text of model answers that could not be used is kept (JSON lines).
+    /// Where the raw text of model answers that could not be used is kept (JSON lines), as
+    /// named in the workspace.
     pub fn rejected_log_path(&self) -> PathBuf {
-        self.workspace.join("logs").join("memory-rejected.jsonl")
+        self.workspace.root().join(REJECTED_LOG)
+    }
+
+    /// [`MemoryManager::rejected_log_path`], refused when it leads outside the workspace.
+    fn rejected_log(&self, action: &'static str) -> Result<PathBuf, MirrorError> {
+        self.workspace
+            .resolve(REJECTED_LOG)
+            .map_err(|e| MirrorError {
+                action,
+                path: self.rejected_log_path(),
+                source: std::io::Error::new(std::io::ErrorKind::PermissionDenied, e.to_string()),
+            })
     }
 
     fn filter(&self) -> Filter {
@@ -622,7 +638,6 @@ impl MemoryManager {
         now: Timestamp,
         report: &mut ExtractionReport,
     ) {
-        let path = self.rejected_log_path();
         let line = json!({
             "at": now.to_string(),
             "user": self.user,
@@ -631,14 +646,19 @@ impl MemoryManager {
             "reason": unusable.reason,
             "raw": unusable.raw,
         });
-        let kept = path
-            .parent()
-            .map(std::fs::create_dir_all)
-            .transpose()
-            .and_then(|_| OpenOptions::new().create(true).append(true).open(&path))
-            .and_then(|mut file| writeln!(file, "{line}"));
+        let kept = self
+            .rejected_log("write")
+            .map_err(|e| std::io::Error::new(std::io::ErrorKind::PermissionDenied, e.to_string()))
+            .and_then(|path| {
+                path.parent()
+                    .map(std::fs::create_dir_all)
+                    .transpose()
+                    .and_then(|_| OpenOptions::new().create(true).append(true).open(&path))
+                    .and_then(|mut file| writeln!(file, "{line}"))
+                    .map(|()| path)
+            });
         match kept {
-            Ok(()) => {
+            Ok(path) => {
                 tracing::warn!(call = unusable.what, reason = %unusable.reason, kept = %path.display(), "model answer for memory extraction not usable; nothing stored from it");
                 report.rejected_log = Some(path);
             }
@@ -704,10 +724,14 @@ impl MemoryManager {
 
     /// Erases this user's memories (and their history) and the markdown files (MEMORY.md, daily
     /// notes, the log of unusable answers). Returns how many memories went.
+    ///
+    /// Files that lead outside the workspace (a `memory` folder linked elsewhere) are refused
+    /// before anything is erased, so the answer is all or nothing as far as it can be.
     pub fn forget(&self) -> Result<u64, MemoryError> {
+        self.mirror.check("remove")?;
+        let log = self.rejected_log("remove")?;
         let removed = self.store.forget_user(&self.user)?;
         self.mirror.remove_all()?;
-        let log = self.rejected_log_path();
         match std::fs::remove_file(&log) {
             Ok(()) => {}
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
@@ -761,7 +785,7 @@ impl MemoryManager {
     }
 
     /// The workspace the markdown files live under.
-    pub fn workspace(&self) -> &Path {
+    pub fn workspace(&self) -> &Workspace {
         &self.workspace
     }
 }

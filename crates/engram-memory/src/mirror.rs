@@ -5,11 +5,16 @@
 //! Every write goes to a temporary file in the same folder, is flushed, and is renamed over the
 //! target, so a reader sees the old file or the new one, never half of one. A file that cannot
 //! be read as text is never overwritten.
+//!
+//! Every path goes through the workspace's one rule ([`Workspace::resolve`]): a `memory/` folder
+//! or a note that is a symbolic link to somewhere outside the workspace is neither read (so an
+//! outside file never reaches the model or the index), written, nor removed.
 
 use std::fs;
 use std::io::{self, Write};
 use std::path::{Path, PathBuf};
 
+use engram_workspace::Workspace;
 use jiff::ToSpan;
 use jiff::civil::Date;
 
@@ -32,43 +37,68 @@ pub struct MirrorError {
     pub source: io::Error,
 }
 
+/// The folder of the markdown files, inside the workspace.
+const MEMORY_DIR: &str = "memory";
+
 /// The markdown files of one workspace.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct MarkdownMirror {
+    workspace: Workspace,
     dir: PathBuf,
 }
 
 impl MarkdownMirror {
     /// The mirror under `workspace/memory`. Nothing is created until the first write.
-    pub fn new(workspace: &Path) -> Self {
+    pub fn new(workspace: &Workspace) -> Self {
         Self {
-            dir: workspace.join("memory"),
+            dir: workspace.root().join(MEMORY_DIR),
+            workspace: workspace.clone(),
         }
     }
 
-    /// The `memory` folder.
+    /// The `memory` folder (as named; [`MarkdownMirror::resolve`] says where it leads).
     pub fn dir(&self) -> &Path {
         &self.dir
     }
 
-    /// `memory/MEMORY.md`.
+    /// `memory/MEMORY.md` (as named).
     pub fn long_term_path(&self) -> PathBuf {
         self.dir.join(LONG_TERM_FILE)
     }
 
-    /// `memory/YYYY-MM-DD.md`.
+    /// `memory/YYYY-MM-DD.md` (as named).
     pub fn daily_path(&self, date: Date) -> PathBuf {
         self.dir.join(format!("{date}.md"))
     }
 
+    /// Where `memory/<name>` really leads, refused (as a [`MirrorError`] for `action`) when that
+    /// is outside the workspace.
+    fn resolve(&self, name: &str, action: &'static str) -> Result<PathBuf, MirrorError> {
+        let relative = if name.is_empty() {
+            MEMORY_DIR.to_string()
+        } else {
+            format!("{MEMORY_DIR}/{name}")
+        };
+        self.workspace.resolve(&relative).map_err(|e| MirrorError {
+            action,
+            path: self.workspace.root().join(&relative),
+            source: io::Error::new(io::ErrorKind::PermissionDenied, e.to_string()),
+        })
+    }
+
+    /// Checks that the `memory` folder leads inside the workspace (for `action`).
+    pub fn check(&self, action: &'static str) -> Result<(), MirrorError> {
+        self.resolve("", action).map(|_| ())
+    }
+
     /// MEMORY.md's text; `None` when there is no such file.
     pub fn read_long_term(&self) -> Result<Option<String>, MirrorError> {
-        read_optional(&self.long_term_path())
+        read_optional(&self.resolve(LONG_TERM_FILE, "read")?)
     }
 
     /// Replaces MEMORY.md (atomically).
     pub fn write_long_term(&self, text: &str) -> Result<(), MirrorError> {
-        let path = self.long_term_path();
+        let path = self.resolve(LONG_TERM_FILE, "write")?;
         write_atomic(&path, text.as_bytes()).map_err(|source| MirrorError {
             action: "write",
             path,
@@ -78,7 +108,7 @@ impl MarkdownMirror {
 
     /// The daily note of `date`; `None` when there is none.
     pub fn read_daily(&self, date: Date) -> Result<Option<String>, MirrorError> {
-        read_optional(&self.daily_path(date))
+        read_optional(&self.resolve(&format!("{date}.md"), "read")?)
     }
 
     /// Appends `text` as a list item to the daily note of `date`, creating the file with its
@@ -88,9 +118,10 @@ impl MarkdownMirror {
     /// Read, append and rename happen under an exclusive lock on `memory/.daily.lock`, so two
     /// processes appending at once both keep their note.
     pub fn append_daily(&self, date: Date, text: &str) -> Result<(), MirrorError> {
-        let path = self.daily_path(date);
-        let lock_path = self.dir.join(DAILY_LOCK_FILE);
-        let locked = fs::create_dir_all(&self.dir)
+        let dir = self.resolve("", "write")?;
+        let path = self.resolve(&format!("{date}.md"), "write")?;
+        let lock_path = self.resolve(DAILY_LOCK_FILE, "lock")?;
+        let locked = fs::create_dir_all(&dir)
             .and_then(|()| {
                 fs::OpenOptions::new()
                     .create(true)
@@ -148,14 +179,18 @@ impl MarkdownMirror {
 
     /// Removes MEMORY.md and every daily note (other files in the folder are left alone).
     /// Returns how many files went.
+    ///
+    /// A `memory` folder that leads outside the workspace is refused (nothing is removed);
+    /// a note that is itself a symbolic link is removed as a link, never what it points to.
     pub fn remove_all(&self) -> Result<usize, MirrorError> {
-        let entries = match fs::read_dir(&self.dir) {
+        let dir = self.resolve("", "remove")?;
+        let entries = match fs::read_dir(&dir) {
             Ok(entries) => entries,
             Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(0),
             Err(source) => {
                 return Err(MirrorError {
                     action: "read",
-                    path: self.dir.clone(),
+                    path: dir,
                     source,
                 });
             }
@@ -174,7 +209,7 @@ impl MarkdownMirror {
             }
         }
         // The lock file holds nothing; it goes with the notes.
-        let _ = fs::remove_file(self.dir.join(DAILY_LOCK_FILE));
+        let _ = fs::remove_file(dir.join(DAILY_LOCK_FILE));
         Ok(removed)
     }
 }
@@ -230,6 +265,59 @@ pub fn write_atomic(path: &Path, bytes: &[u8]) -> io::Result<()> {
 mod tests {
     use super::*;
 
+    fn workspace(dir: &tempfile::TempDir) -> Workspace {
+        Workspace::confined(dir.path()).unwrap()
+    }
+
+    #[test]
+    fn files_that_lead_outside_the_workspace_are_never_read_written_or_removed() {
+        let base = tempfile::tempdir().unwrap();
+        let outside = base.path().join("outside");
+        let ws = base.path().join("ws");
+        fs::create_dir_all(&outside).unwrap();
+        fs::create_dir_all(&ws).unwrap();
+        fs::write(outside.join(LONG_TERM_FILE), "the outside secret").unwrap();
+        fs::write(outside.join("2024-05-16.md"), "# outside day").unwrap();
+        std::os::unix::fs::symlink(&outside, ws.join("memory")).unwrap();
+        let mirror = MarkdownMirror::new(&Workspace::confined(&ws).unwrap());
+
+        for err in [
+            mirror.read_long_term().unwrap_err(),
+            mirror.read_daily(date("2024-05-16")).unwrap_err(),
+            mirror.append_daily(date("2024-05-17"), "x").unwrap_err(),
+            mirror.write_long_term("x").unwrap_err(),
+            mirror.remove_all().unwrap_err(),
+        ] {
+            assert!(err.to_string().contains("outside the workspace"), "{err}");
+        }
+        let mut left: Vec<String> = fs::read_dir(&outside)
+            .unwrap()
+            .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+            .collect();
+        left.sort();
+        assert_eq!(left, ["2024-05-16.md", LONG_TERM_FILE]);
+        assert_eq!(
+            fs::read_to_string(outside.join(LONG_TERM_FILE)).unwrap(),
+            "the outside secret"
+        );
+
+        // One note linked out of a real memory folder: not read; forgetting removes the link only.
+        fs::remove_file(ws.join("memory")).unwrap();
+        fs::create_dir(ws.join("memory")).unwrap();
+        std::os::unix::fs::symlink(
+            outside.join(LONG_TERM_FILE),
+            ws.join("memory").join(LONG_TERM_FILE),
+        )
+        .unwrap();
+        assert!(mirror.read_long_term().is_err());
+        assert_eq!(mirror.remove_all().unwrap(), 1);
+        assert!(!ws.join("memory").join(LONG_TERM_FILE).exists());
+        assert_eq!(
+            fs::read_to_string(outside.join(LONG_TERM_FILE)).unwrap(),
+            "the outside secret"
+        );
+    }
+
     fn date(s: &str) -> Date {
         s.parse().unwrap()
     }
@@ -240,7 +328,7 @@ mod tests {
         let day = date("2024-05-16");
         std::thread::scope(|scope| {
             for t in 0..4 {
-                let mirror = MarkdownMirror::new(dir.path());
+                let mirror = MarkdownMirror::new(&workspace(&dir));
                 scope.spawn(move || {
                     for i in 0..25 {
                         mirror.append_daily(day, &format!("note {t}-{i}")).unwrap();
@@ -248,7 +336,7 @@ mod tests {
                 });
             }
         });
-        let text = MarkdownMirror::new(dir.path())
+        let text = MarkdownMirror::new(&workspace(&dir))
             .read_daily(day)
             .unwrap()
             .unwrap();
@@ -262,7 +350,7 @@ mod tests {
     #[test]
     fn a_new_day_starts_with_its_heading_and_later_notes_are_appended() {
         let dir = tempfile::tempdir().unwrap();
-        let mirror = MarkdownMirror::new(dir.path());
+        let mirror = MarkdownMirror::new(&workspace(&dir));
         assert_eq!(mirror.read_daily(date("2024-05-16")).unwrap(), None);
         mirror
             .append_daily(date("2024-05-16"), "09:00 started the API")
@@ -284,7 +372,7 @@ mod tests {
     #[test]
     fn recent_days_join_existing_files_oldest_first() {
         let dir = tempfile::tempdir().unwrap();
-        let mirror = MarkdownMirror::new(dir.path());
+        let mirror = MarkdownMirror::new(&workspace(&dir));
         mirror.append_daily(date("2024-05-14"), "a").unwrap();
         mirror.append_daily(date("2024-05-16"), "c").unwrap();
         mirror.append_daily(date("2024-05-01"), "old").unwrap();
@@ -295,7 +383,7 @@ mod tests {
     #[test]
     fn long_term_round_trips_and_forget_removes_only_memory_files() {
         let dir = tempfile::tempdir().unwrap();
-        let mirror = MarkdownMirror::new(dir.path());
+        let mirror = MarkdownMirror::new(&workspace(&dir));
         assert_eq!(mirror.read_long_term().unwrap(), None);
         mirror
             .write_long_term("# Long-term\n- likes tea\n")
@@ -315,7 +403,7 @@ mod tests {
     #[test]
     fn a_file_that_is_not_text_is_never_overwritten() {
         let dir = tempfile::tempdir().unwrap();
-        let mirror = MarkdownMirror::new(dir.path());
+        let mirror = MarkdownMirror::new(&workspace(&dir));
         fs::create_dir_all(mirror.dir()).unwrap();
         let path = mirror.daily_path(date("2024-05-16"));
         fs::write(&path, [0xff, 0xfe, 0x00]).unwrap();

@@ -47,11 +47,12 @@ impl World {
     fn manager(&self, model: Option<Arc<dyn ChatModel>>, config: ManagerConfig) -> MemoryManager {
         let store = open_store(&self.dir, &self.clock);
         let searcher = Searcher::new(store.clone()).with_clock(self.clock.clone(), TimeZone::UTC);
+        std::fs::create_dir_all(self.workspace()).unwrap();
         MemoryManager::new(
             store,
             Arc::new(searcher),
             model,
-            self.workspace(),
+            engram_workspace::Workspace::confined(self.workspace()).unwrap(),
             USER.to_string(),
             config,
         )

@@ -6,7 +6,6 @@
 //! caller may not touch.
 
 use std::collections::BTreeMap;
-use std::path::PathBuf;
 use std::sync::Arc;
 
 use engram_core::store::MemoryPatch;
@@ -18,6 +17,7 @@ use engram_memory::manager::{ExtractionReport, ManagerConfig, MemoryError, Memor
 use engram_memory::session::{SessionInfo, SessionKey, SessionLog, SessionStore};
 use engram_memory::{SearchRequest, SearchResults, Searcher};
 use engram_store_sqlite::tokens::TokenStore;
+use engram_workspace::Workspace;
 use jiff::Timestamp;
 use jiff::tz::TimeZone;
 use serde::Serialize;
@@ -49,7 +49,7 @@ pub struct Extraction {
     /// The language model that extracts and merges.
     pub model: Arc<dyn ChatModel>,
     /// The agent's workspace (the memory manager's home for its files).
-    pub workspace: PathBuf,
+    pub workspace: Workspace,
     /// `[memory]` from config.toml.
     pub config: ManagerConfig,
 }

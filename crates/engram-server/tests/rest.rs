@@ -622,9 +622,10 @@ async fn messages_with_infer_go_through_extraction_and_merging() {
     let model = engram_llm::build(model_server.client_config(Provider::OpenAi)).unwrap();
     let dir = tempfile::TempDir::new().unwrap();
     let mut options = ServeOptions::new("127.0.0.1:0".parse().unwrap(), ServerSettings::default());
+    std::fs::create_dir(dir.path().join("workspace")).unwrap();
     options.extraction = Some(Extraction {
         model,
-        workspace: dir.path().join("workspace"),
+        workspace: engram_workspace::Workspace::confined(dir.path().join("workspace")).unwrap(),
         config: Default::default(),
     });
     let server = TestServer::start_with_options(dir, options).await;

@@ -17,13 +17,15 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use engram_store_sqlite::jobs::JobRun;
+use engram_workspace::Workspace;
 use jiff::{SignedDuration, Timestamp};
 use tokio::sync::watch;
 use tokio::task::JoinSet;
 
 use super::engine::{DueAction, FinishedRun, Scheduler, SchedulerError, due_action};
 use super::heartbeat::{
-    HEARTBEAT_HISTORY_LIMIT, HEARTBEAT_SESSION, heartbeat_message, tasks as heartbeat_tasks,
+    HEARTBEAT_FILE, HEARTBEAT_HISTORY_LIMIT, HEARTBEAT_SESSION, heartbeat_message,
+    tasks as heartbeat_tasks,
 };
 use super::runner::{Turn, TurnOrigin, TurnRunner};
 use super::schedule::next_on_grid;
@@ -61,6 +63,9 @@ pub struct HeartbeatOptions {
     pub file: PathBuf,
     /// History kept in the heartbeat session.
     pub history_limit: usize,
+    /// The workspace `file` must stay inside (checked at every read: a HEARTBEAT.md that is a
+    /// symbolic link to somewhere outside is not read).
+    pub workspace: Option<Workspace>,
 }
 
 impl HeartbeatOptions {
@@ -70,6 +75,15 @@ impl HeartbeatOptions {
             every,
             file: file.into(),
             history_limit: HEARTBEAT_HISTORY_LIMIT,
+            workspace: None,
+        }
+    }
+
+    /// The heartbeat of `workspace`: its HEARTBEAT.md, read only while it leads inside.
+    pub fn in_workspace(every: Duration, workspace: Workspace) -> Self {
+        Self {
+            workspace: Some(workspace.clone()),
+            ..Self::new(every, workspace.root().join(HEARTBEAT_FILE))
         }
     }
 }
@@ -390,6 +404,15 @@ impl Gateway {
         let runner = self.runner.clone();
         let log = self.log.clone();
         tasks.spawn(async move {
+            if let Some(workspace) = &options.workspace
+                && let Err(e) = workspace.resolve(&options.file.to_string_lossy())
+            {
+                log(&GatewayEvent::Problem(format!(
+                    "{} is not read: {e}",
+                    options.file.display()
+                )));
+                return Done::Heartbeat;
+            }
             let content = match tokio::fs::read_to_string(&options.file).await {
                 Ok(content) => content,
                 Err(e) if e.kind() == std::io::ErrorKind::NotFound => String::new(),

@@ -41,6 +41,7 @@ use serde::Deserialize;
 use serde_json::{Map, Value, json};
 
 use crate::tools::parse_args;
+use engram_workspace::Workspace;
 
 /// A skill's file name inside its folder.
 pub const SKILL_FILE: &str = "SKILL.md";
@@ -178,9 +179,19 @@ pub struct SkillSet {
 
 impl SkillSet {
     /// The built-in skills and those in `<workspace>/skills/`, checked against the real PATH
-    /// and environment.
-    pub fn load(workspace: &Path) -> Self {
-        Self::load_with(Some(&workspace.join(SKILLS_DIR)), &SystemProbe)
+    /// and environment. A skills folder or SKILL.md that leads outside the workspace (a
+    /// symbolic link) is not read; it is reported among the errors.
+    pub fn load(workspace: &Workspace) -> Self {
+        let mut set = Self::load_with(None, &SystemProbe);
+        match workspace.resolve(SKILLS_DIR) {
+            Ok(dir) => set.load_dir(&dir, Some(workspace), &SystemProbe),
+            Err(e) => set.errors.push(SkillError {
+                file: workspace.root().join(SKILLS_DIR).display().to_string(),
+                message: format!("not read: {e}"),
+            }),
+        }
+        set.skills.sort_by(|a, b| a.name.cmp(&b.name));
+        set
     }
 
     /// The built-in skills and those in `skills_dir` (if any), checked with `probe`.
@@ -196,13 +207,14 @@ impl SkillSet {
             }
         }
         if let Some(dir) = skills_dir {
-            set.load_dir(dir, probe);
+            set.load_dir(dir, None, probe);
         }
         set.skills.sort_by(|a, b| a.name.cmp(&b.name));
         set
     }
 
-    fn load_dir(&mut self, dir: &Path, probe: &dyn Probe) {
+    /// Loads `dir/<name>/SKILL.md`; with a workspace, each file must lead inside it.
+    fn load_dir(&mut self, dir: &Path, workspace: Option<&Workspace>, probe: &dyn Probe) {
         let entries = match std::fs::read_dir(dir) {
             Ok(entries) => entries,
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => return,
@@ -232,6 +244,15 @@ impl SkillSet {
                 });
                 continue;
             };
+            if let Some(workspace) = workspace
+                && let Err(e) = workspace.resolve(&format!("{SKILLS_DIR}/{name}/{SKILL_FILE}"))
+            {
+                self.errors.push(SkillError {
+                    file: file.display().to_string(),
+                    message: format!("not read: {e}"),
+                });
+                continue;
+            }
             let loaded = read_skill_file(&file).and_then(|text| {
                 parse_skill(name, &text, SkillSource::Workspace(file.clone()), probe)
             });

@@ -30,7 +30,7 @@ mod read;
 mod registry;
 pub mod schema;
 pub mod shell;
-mod workspace;
+use engram_workspace as workspace;
 mod write;
 
 use engram_core::ToolOutput;

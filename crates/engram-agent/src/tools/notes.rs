@@ -92,6 +92,8 @@ pub struct NotesFile {
     path: PathBuf,
     lock_path: PathBuf,
     clock: Arc<dyn Clock>,
+    /// The workspace the file and its lock must lead inside (checked before every use).
+    workspace: Option<Workspace>,
 }
 
 impl NotesFile {
@@ -105,12 +107,33 @@ impl NotesFile {
             path,
             lock_path,
             clock: Arc::new(SystemClock),
+            workspace: None,
         }
     }
 
-    /// The default notes file of a workspace: `<workspace>/.agent_memory.json`.
+    /// The default notes file of a workspace: `<workspace>/.agent_memory.json`, used only
+    /// while it (and its lock) lead inside the workspace.
     pub fn in_workspace(workspace: &Workspace) -> Self {
-        Self::new(workspace.root().join(DEFAULT_NOTES_FILE))
+        Self {
+            workspace: Some(workspace.clone()),
+            ..Self::new(workspace.root().join(DEFAULT_NOTES_FILE))
+        }
+    }
+
+    /// Refuses the file when it is a workspace's and leads outside it (a symbolic link).
+    fn confined(&self) -> Result<(), NotesError> {
+        let Some(workspace) = &self.workspace else {
+            return Ok(());
+        };
+        for path in [&self.path, &self.lock_path] {
+            workspace.resolve(&path.to_string_lossy()).map_err(|e| {
+                self.io(
+                    "use",
+                    io::Error::new(io::ErrorKind::PermissionDenied, e.to_string()),
+                )
+            })?;
+        }
+        Ok(())
     }
 
     /// Uses `clock` to timestamp new notes.
@@ -126,6 +149,7 @@ impl NotesFile {
 
     /// Every note, oldest first; none when the file does not exist yet. Blocks on file I/O.
     pub fn notes(&self) -> Result<Vec<Note>, NotesError> {
+        self.confined()?;
         Ok(self.load()?.iter().map(note_from_entry).collect())
     }
 
@@ -135,6 +159,7 @@ impl NotesFile {
         if content.trim().is_empty() {
             return Err(NotesError::Invalid("the content is empty".to_string()));
         }
+        self.confined()?;
         let note = Note {
             timestamp: format!("{:.0}", self.clock.now()),
             category: normalize_category(category),
@@ -464,6 +489,23 @@ mod tests {
     fn notes_in(dir: &Path) -> NotesFile {
         let clock = FixedClock::new("2026-04-03T10:30:00.123Z".parse().unwrap());
         NotesFile::new(dir.join("sub/.agent_memory.json")).with_clock(Arc::new(clock))
+    }
+
+    #[test]
+    fn a_workspace_notes_file_linked_outside_is_neither_read_nor_written() {
+        let outside = tempfile::tempdir().unwrap();
+        let secret = outside.path().join("secret.json");
+        std::fs::write(&secret, r#"[{"content": "the outside secret"}]"#).unwrap();
+        let dir = tempfile::tempdir().unwrap();
+        std::os::unix::fs::symlink(&secret, dir.path().join(DEFAULT_NOTES_FILE)).unwrap();
+        let notes = NotesFile::in_workspace(&Workspace::confined(dir.path()).unwrap());
+        let err = notes.notes().unwrap_err().to_string();
+        assert!(err.contains("outside the workspace"), "{err}");
+        assert!(notes.record("planted", None).is_err());
+        assert_eq!(
+            std::fs::read_to_string(&secret).unwrap(),
+            r#"[{"content": "the outside secret"}]"#
+        );
     }
 
     #[test]

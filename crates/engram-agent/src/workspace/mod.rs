@@ -10,6 +10,8 @@
 use std::io::{self, Write};
 use std::path::{Path, PathBuf};
 
+use engram_workspace::Workspace;
+
 /// The bootstrap files, in prompt order.
 pub const BOOTSTRAP_FILES: [&str; 5] =
     ["AGENTS.md", "SOUL.md", "USER.md", "TOOLS.md", "IDENTITY.md"];
@@ -69,11 +71,19 @@ pub struct Bootstrap {
     pub problems: Vec<String>,
 }
 
-/// Reads the bootstrap files of `workspace`.
-pub fn read_bootstrap(workspace: &Path) -> Bootstrap {
+/// Reads the bootstrap files of `workspace`. A file that is a symbolic link leading outside the
+/// workspace is not read (it could put any file into the system prompt): it is reported as a
+/// problem.
+pub fn read_bootstrap(workspace: &Workspace) -> Bootstrap {
     let mut found = Bootstrap::default();
     for name in BOOTSTRAP_FILES {
-        let path = workspace.join(name);
+        let path = match workspace.resolve(name) {
+            Ok(path) => path,
+            Err(e) => {
+                found.problems.push(format!("{name} is not read: {e}"));
+                continue;
+            }
+        };
         let text = match std::fs::read(&path) {
             Ok(bytes) => String::from_utf8_lossy(&bytes).into_owned(),
             Err(e) if e.kind() == io::ErrorKind::NotFound => continue,
@@ -129,7 +139,7 @@ impl Bootstrap {
 
 /// The body of the system prompt's bootstrap section (titled [`BOOTSTRAP_SECTION_TITLE`]):
 /// the workspace's bootstrap files that exist, or `None`.
-pub fn bootstrap_section(workspace: &Path) -> Option<String> {
+pub fn bootstrap_section(workspace: &Workspace) -> Option<String> {
     read_bootstrap(workspace).render()
 }
 
@@ -235,10 +245,41 @@ mod tests {
         assert!(crate::scheduler::heartbeat::tasks(text).is_empty());
     }
 
+    fn confined(dir: &TempDir) -> Workspace {
+        Workspace::confined(dir.path()).unwrap()
+    }
+
+    #[test]
+    fn a_bootstrap_file_linked_to_an_outside_file_is_not_read() {
+        let outside = TempDir::new().unwrap();
+        std::fs::write(outside.path().join("secret.txt"), "the outside secret").unwrap();
+        let dir = TempDir::new().unwrap();
+        std::os::unix::fs::symlink(
+            outside.path().join("secret.txt"),
+            dir.path().join("AGENTS.md"),
+        )
+        .unwrap();
+        std::fs::write(dir.path().join("USER.md"), "Alice").unwrap();
+        // A link that stays inside is fine.
+        std::fs::write(dir.path().join("soul-text.md"), "Kind.").unwrap();
+        std::os::unix::fs::symlink("soul-text.md", dir.path().join("SOUL.md")).unwrap();
+        let found = read_bootstrap(&confined(&dir));
+        let names: Vec<&str> = found.files.iter().map(|f| f.name).collect();
+        assert_eq!(names, ["SOUL.md", "USER.md"]);
+        assert_eq!(found.problems.len(), 1, "{:?}", found.problems);
+        assert!(
+            found.problems[0].starts_with("AGENTS.md is not read: ")
+                && found.problems[0].contains("outside the workspace"),
+            "{:?}",
+            found.problems
+        );
+        assert!(!found.render().unwrap().contains("outside secret"));
+    }
+
     #[test]
     fn bootstrap_joins_the_files_that_exist_in_order() {
         let dir = TempDir::new().unwrap();
-        assert_eq!(bootstrap_section(dir.path()), None);
+        assert_eq!(bootstrap_section(&confined(&dir)), None);
         std::fs::write(dir.path().join("USER.md"), "Alice, Berlin\n").unwrap();
         std::fs::write(dir.path().join("AGENTS.md"), "Be brief.").unwrap();
         std::fs::write(dir.path().join("SOUL.md"), "  \n").unwrap();
@@ -247,7 +288,7 @@ mod tests {
             "x".repeat(MAX_BOOTSTRAP_CHARS + 5),
         )
         .unwrap();
-        let text = bootstrap_section(dir.path()).unwrap();
+        let text = bootstrap_section(&confined(&dir)).unwrap();
         let parts: Vec<&str> = text.split("\n\n---\n\n").collect();
         assert_eq!(parts.len(), 3);
         assert_eq!(parts[0], "### AGENTS.md\n\nBe brief.");

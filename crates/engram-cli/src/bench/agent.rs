@@ -169,7 +169,7 @@ pub fn run(ctx: &Context, args: BenchAgentArgs) -> Result<Status> {
 }
 
 /// A workspace and a store in `dir`, the built-in tools over them.
-fn tools_in(dir: &Path, name: &str) -> Result<(Arc<ToolRegistry>, std::path::PathBuf)> {
+fn tools_in(dir: &Path, name: &str) -> Result<(Arc<ToolRegistry>, Workspace)> {
     let ws = dir.join(name);
     std::fs::create_dir_all(&ws)?;
     let workspace = Workspace::confined(&ws)?;
@@ -180,13 +180,13 @@ fn tools_in(dir: &Path, name: &str) -> Result<(Arc<ToolRegistry>, std::path::Pat
         scope: Scope::user("bench"),
     };
     let registry = ToolRegistry::with_builtins(&workspace, &BuiltinOptions::default(), memory)?;
-    Ok((Arc::new(registry), workspace.root().to_path_buf()))
+    Ok((Arc::new(registry), workspace))
 }
 
 fn agent_for(
     server: &ScriptedServer,
     provider: Provider,
-    ws: &Path,
+    ws: &Workspace,
     max_steps: usize,
 ) -> Result<Agent> {
     let model = engram_llm::build(server.client_config(provider))?;

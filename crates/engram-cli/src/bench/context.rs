@@ -100,7 +100,7 @@ pub fn run(ctx: &Context, args: BenchContextArgs) -> Result<Status> {
         store.clone(),
         searcher,
         Some(model),
-        workspace,
+        engram_agent::tools::Workspace::confined(&workspace)?,
         USER.to_string(),
         config,
     ));
@@ -391,7 +391,10 @@ fn write_markdown(
     vocabulary: &Vocabulary,
     rng: &mut SplitMix,
 ) -> Result<()> {
-    let mirror = engram_memory::mirror::MarkdownMirror::new(workspace);
+    std::fs::create_dir_all(workspace)?;
+    let mirror = engram_memory::mirror::MarkdownMirror::new(
+        &engram_agent::tools::Workspace::confined(workspace)?,
+    );
     let mut long_term = String::from("# Long-term memory\n\n");
     for _ in 0..30 {
         long_term.push_str("- ");

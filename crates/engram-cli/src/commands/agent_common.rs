@@ -3,7 +3,7 @@
 //! and how a turn is shown (answer on stdout, tool activity on stderr).
 
 use std::io::{IsTerminal, Write};
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -14,7 +14,7 @@ use engram_agent::skills::{
     ALWAYS_SKILLS_SECTION_TITLE, LoadSkillTool, SKILLS_SECTION_TITLE, SkillSet,
 };
 use engram_agent::tools::{BuiltinOptions, NoteMemory, ToolRegistry, Workspace};
-use engram_agent::workspace::{BOOTSTRAP_SECTION_TITLE, bootstrap_section};
+use engram_agent::workspace::{BOOTSTRAP_SECTION_TITLE, read_bootstrap};
 use engram_agent::{
     Agent, AgentConfig, AgentEvent, CancelToken, DEFAULT_MAX_STEPS, PromptVars, SystemPrompt,
     ToolMode,
@@ -60,8 +60,8 @@ pub struct AgentSetup {
     pub agent: Agent,
     /// Its tools (give each conversation's run state this registry).
     pub tools: Arc<ToolRegistry>,
-    /// The workspace directory (canonical).
-    pub workspace: PathBuf,
+    /// The workspace (its root is canonical).
+    pub workspace: Workspace,
     /// Whose memory.
     pub user: String,
     /// The configuration it came from.
@@ -111,7 +111,7 @@ pub fn prepare(ctx: &Context, args: &AgentArgs) -> Result<AgentSetup> {
     registry
         .register(CronTool::new(super::cron::open_scheduler(ctx)?))
         .context("cannot register the cron tool")?;
-    let skills = Arc::new(SkillSet::load(workspace.root()));
+    let skills = Arc::new(SkillSet::load(&workspace));
     for error in skills.errors() {
         eprintln!("warning: {error}");
     }
@@ -120,7 +120,7 @@ pub fn prepare(ctx: &Context, args: &AgentArgs) -> Result<AgentSetup> {
         .context("cannot register the load_skill tool")?;
     super::mcp::add_mcp_tools(&config, &mut registry)?;
     let tools = Arc::new(registry);
-    let mut prompt = build_prompt(workspace.root(), &user);
+    let mut prompt = build_prompt(&workspace, &user);
     add_skills(&mut prompt, &skills);
     let agent = Agent::new(
         model,
@@ -134,7 +134,7 @@ pub fn prepare(ctx: &Context, args: &AgentArgs) -> Result<AgentSetup> {
     Ok(AgentSetup {
         agent,
         tools,
-        workspace: workspace.root().to_path_buf(),
+        workspace: workspace.clone(),
         user,
         config,
     })
@@ -366,15 +366,20 @@ async fn extract_pending(
 }
 
 /// The system prompt: engram's base text, then the workspace's bootstrap files that exist
-/// (AGENTS.md, SOUL.md, USER.md, ...). Skills are added by [`add_skills`].
-pub fn build_prompt(workspace: &Path, user: &str) -> SystemPrompt {
+/// (AGENTS.md, SOUL.md, USER.md, ...); those that cannot be used are named in a warning. Skills
+/// are added by [`add_skills`].
+pub fn build_prompt(workspace: &Workspace, user: &str) -> SystemPrompt {
     let today = jiff::Zoned::now().strftime("%Y-%m-%d (%A)").to_string();
     let mut prompt = SystemPrompt::engram(&PromptVars {
-        workspace: workspace.display().to_string(),
+        workspace: workspace.root().display().to_string(),
         today,
         user: user.to_string(),
     });
-    if let Some(body) = bootstrap_section(workspace) {
+    let bootstrap = read_bootstrap(workspace);
+    for problem in &bootstrap.problems {
+        eprintln!("warning: {problem}");
+    }
+    if let Some(body) = bootstrap.render() {
         prompt.push_section(BOOTSTRAP_SECTION_TITLE, body);
     }
     prompt

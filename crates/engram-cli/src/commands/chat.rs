@@ -119,7 +119,7 @@ pub fn chat(ctx: &Context, args: ChatArgs) -> Result<Status> {
         info.model,
         info.provider,
         setup.user,
-        setup.workspace.display()
+        setup.workspace.root().display()
     );
 
     let mut state = memory.open_state(setup.tools.clone())?;
@@ -185,7 +185,12 @@ pub fn chat(ctx: &Context, args: ChatArgs) -> Result<Status> {
                 Ok(overview) => println!("{overview}"),
                 Err(e) => eprintln!("error: cannot read your memory: {e}"),
             },
-            Some("forget") => forget(ctx, &mut editor, &runtime, &setup, &memory, &mut state)?,
+            Some("forget") => {
+                // A refusal (files linked out of the workspace) is said, and the chat goes on.
+                if let Err(e) = forget(ctx, &mut editor, &runtime, &setup, &memory, &mut state) {
+                    eprintln!("error: {e:#}");
+                }
+            }
             Some("sessions") => print_sessions(ctx, &memory),
             Some(other) => eprintln!("unknown command /{other}; /help lists the commands"),
             None => {
@@ -391,7 +396,7 @@ fn print_stats(setup: &AgentSetup, stats: &ChatStats, state: &StoredRunState) {
     );
     println!("config     {}", setup.config.path.display());
     println!("user       {}", setup.user);
-    println!("workspace  {}", setup.workspace.display());
+    println!("workspace  {}", setup.workspace.root().display());
     println!(
         "this chat  {} turn{}, {} step{}, {} tokens",
         stats.turns,

@@ -257,8 +257,17 @@ pub fn build(ctx: &Context, args: GatewayArgs) -> Result<(Gateway, GatewayLock)>
             })?,
         None => Duration::from_secs(config.heartbeat_minutes.saturating_mul(60)),
     };
-    let heartbeat =
-        (!every.is_zero()).then(|| HeartbeatOptions::new(every, workspace.join(HEARTBEAT_FILE)));
+    let heartbeat = if every.is_zero() {
+        None
+    } else if workspace.is_dir() {
+        // HEARTBEAT.md is read only while it leads inside the workspace.
+        let confined = engram_agent::tools::Workspace::confined(&workspace)
+            .with_context(|| format!("cannot use the workspace {}", workspace.display()))?;
+        Some(HeartbeatOptions::in_workspace(every, confined))
+    } else {
+        // No workspace yet: no HEARTBEAT.md either, so every heartbeat is idle.
+        Some(HeartbeatOptions::new(every, workspace.join(HEARTBEAT_FILE)))
+    };
     let options = GatewayOptions {
         max_concurrent_runs: config.max_concurrent_runs.max(1),
         shutdown_grace: Duration::from_secs(args.shutdown_grace),

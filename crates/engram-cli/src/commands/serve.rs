@@ -93,7 +93,13 @@ fn extraction(ctx: &Context) -> Result<Option<Extraction>> {
     };
     Ok(Some(Extraction {
         model,
-        workspace: super::gateway::workspace_dir(ctx, None)?,
+        workspace: {
+            let dir = super::gateway::workspace_dir(ctx, None)?;
+            std::fs::create_dir_all(&dir)
+                .with_context(|| format!("cannot create the workspace {}", dir.display()))?;
+            engram_agent::tools::Workspace::confined(&dir)
+                .with_context(|| format!("cannot use the workspace {}", dir.display()))?
+        },
         config: config.memory.manager(),
     }))
 }

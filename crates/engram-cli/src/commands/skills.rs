@@ -2,9 +2,9 @@
 
 use std::path::PathBuf;
 
-use anyhow::Result;
+use anyhow::{Context as _, Result};
 use clap::{Args, Subcommand};
-use engram_agent::skills::{SkillSet, SkillSource};
+use engram_agent::skills::{SkillSet, SkillSource, SystemProbe};
 use serde_json::json;
 
 use super::Context;
@@ -38,8 +38,15 @@ pub fn run(ctx: &Context, command: SkillsCommand) -> Result<Status> {
 }
 
 fn list(ctx: &Context, args: SkillsListArgs) -> Result<Status> {
-    let workspace = super::gateway::workspace_dir(ctx, args.workspace)?;
-    let set = SkillSet::load(&workspace);
+    let dir = super::gateway::workspace_dir(ctx, args.workspace)?;
+    // No workspace yet: the built-in skills only.
+    let set = if dir.exists() {
+        let workspace = engram_agent::tools::Workspace::confined(&dir)
+            .with_context(|| format!("cannot use the workspace {}", dir.display()))?;
+        SkillSet::load(&workspace)
+    } else {
+        SkillSet::load_with(None, &SystemProbe)
+    };
     if ctx.json {
         let skills: Vec<_> = set
             .skills()

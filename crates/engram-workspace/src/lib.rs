@@ -1,12 +1,16 @@
-//! The workspace: the directory file and shell tools work in, and the guard that keeps paths
-//! inside it.
+//! The agent's workspace: the folder its file and shell tools work in and where its own files
+//! live (the bootstrap files such as `AGENTS.md`, `memory/MEMORY.md` and the daily notes, skills,
+//! `HEARTBEAT.md`, the notes file, logs), and the one rule that keeps every path engram uses
+//! there inside it: [`Workspace::resolve`].
 //!
-//! A path from the model is resolved the way the kernel would resolve it: component by
-//! component, following every symbolic link (also dangling ones and ones in the not-yet-existing
-//! part of the path), with `..` applied to the physical directory it lands in. Only the final,
-//! symlink-free path is compared with the workspace root, by whole components (so `/ws-evil` is
-//! not inside `/ws`). This is a guard against mistakes, not a security boundary: a symlink swapped
-//! in between the check and the use, or a shell command, can still reach outside.
+//! A path is resolved the way the kernel would resolve it: component by component, following
+//! every symbolic link (also dangling ones and ones in the not-yet-existing part of the path),
+//! with `..` applied to the physical directory it lands in. Only the final, symlink-free path is
+//! compared with the workspace root, by whole components (so `/ws-evil` is not inside `/ws`). So
+//! a `memory/` folder or an `AGENTS.md` that is a symbolic link to somewhere outside is refused,
+//! for reading, writing and removing alike. This is a guard against mistakes and planted links,
+//! not a security boundary against a process racing it: a link swapped in between the check and
+//! the use, or a shell command, can still reach outside.
 
 use std::collections::VecDeque;
 use std::ffi::OsString;
@@ -53,7 +57,7 @@ pub enum PathError {
     },
     /// The path leads outside the workspace.
     #[error(
-        "the path '{given}' resolves to {}{}, which is outside the workspace {}; file and shell tools may only use paths inside the workspace",
+        "the path '{given}' resolves to {}{}, which is outside the workspace {}; only paths inside the workspace may be used",
         resolved.display(),
         if *through_symlink { " (through a symbolic link)" } else { "" },
         root.display()
