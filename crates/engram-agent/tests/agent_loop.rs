@@ -13,7 +13,7 @@ use engram_agent::{
     RunOutcome, RunState, RunStatus, SystemPrompt, ToolMode, TurnHooks,
 };
 use engram_core::llm::check_tool_pairing;
-use engram_core::{BlockingMemoryStore, LlmError, Message, Scope, Usage};
+use engram_core::{LlmError, MemoryStore, Message, Scope, Usage};
 use engram_llm::Provider;
 use engram_llm::scripted::{ScriptedCall, ScriptedServer, Turn};
 use engram_store_sqlite::SqliteStore;
@@ -44,7 +44,7 @@ impl Fixture {
         let base = std::fs::canonicalize(dir.path()).unwrap();
         let ws = base.join("ws");
         std::fs::create_dir(&ws).unwrap();
-        let store: Arc<dyn BlockingMemoryStore> =
+        let store: Arc<dyn MemoryStore> =
             Arc::new(SqliteStore::open(base.join("engram.db")).unwrap());
         let workspace = Workspace::confined(&ws).unwrap();
         let memory = NoteMemory {

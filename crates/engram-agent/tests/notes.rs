@@ -9,7 +9,7 @@ use std::sync::Arc;
 
 use common::{Fixture, content_of, error_of};
 use engram_agent::tools::{BuiltinOptions, NotesFile};
-use engram_core::{BlockingMemoryStore, Filter, Kind};
+use engram_core::{Filter, Kind, MemoryStore};
 use serde_json::{Value, json};
 
 const NOTES: &str = ".agent_memory.json";
@@ -92,7 +92,7 @@ async fn every_note_is_also_a_note_memory_in_the_store() {
         )
         .await;
     content_of(&out);
-    let memories = f.store.list(&Filter::user("alice"), 10, 0).unwrap();
+    let memories = f.store.list(&Filter::user("alice"), 10, 0).await.unwrap();
     assert_eq!(memories.len(), 1);
     let memory = &memories[0];
     assert_eq!(memory.kind, Kind::Note);
@@ -105,7 +105,7 @@ async fn every_note_is_also_a_note_memory_in_the_store() {
         serde_json::from_str(&std::fs::read_to_string(f.path(NOTES)).unwrap()).unwrap();
     let stamp: jiff::Timestamp = file[0]["timestamp"].as_str().unwrap().parse().unwrap();
     assert_eq!(memory.created_at, stamp);
-    let history = f.store.history(memory.id).unwrap();
+    let history = f.store.history(memory.id).await.unwrap();
     assert_eq!(history[0].actor, "agent");
 
     // Recording the same note twice keeps both in the file (as the reference does) and one
@@ -117,7 +117,7 @@ async fn every_note_is_also_a_note_memory_in_the_store() {
         )
         .await,
     );
-    assert_eq!(f.store.count(&Filter::user("alice")).unwrap(), 1);
+    assert_eq!(f.store.count(&Filter::user("alice")).await.unwrap(), 1);
 }
 
 #[tokio::test]
@@ -129,7 +129,7 @@ async fn a_note_the_store_refuses_is_not_written_to_the_file_either() {
     assert!(!f.path(NOTES).exists());
     let out = f.call("record_note", json!({"content": "   "})).await;
     assert_eq!(error_of(&out), "the note cannot be recorded: text is empty");
-    assert_eq!(f.store.count(&Filter::user("alice")).unwrap(), 0);
+    assert_eq!(f.store.count(&Filter::user("alice")).await.unwrap(), 0);
 }
 
 #[tokio::test]
@@ -156,7 +156,7 @@ async fn a_corrupt_notes_file_is_an_error_and_is_never_overwritten() {
         corrupt,
         "the file changed"
     );
-    assert_eq!(f.store.count(&Filter::user("alice")).unwrap(), 0);
+    assert_eq!(f.store.count(&Filter::user("alice")).await.unwrap(), 0);
 
     std::fs::write(f.path(NOTES), b"{\"notes\": []}").unwrap();
     let out = f.call("record_note", json!({"content": "new fact"})).await;

@@ -6,9 +6,11 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use async_trait::async_trait;
+use engram_agent::scheduler::MissedPolicy;
 use engram_agent::scheduler::*;
+use engram_core::store::jobs::{JobStore, RunStatus, RunTrigger};
 use engram_core::{Clock, FixedClock};
-use engram_store_sqlite::jobs::{JobStore, MissedPolicy, RunStatus, RunTrigger};
+use engram_store_sqlite::SqliteStore;
 use jiff::tz::TimeZone;
 use jiff::{SignedDuration, Timestamp};
 use tempfile::TempDir;
@@ -69,7 +71,7 @@ fn fixture(start: &str) -> Fixture {
     let dir = TempDir::new().unwrap();
     let db = dir.path().join("engram.db");
     let clock = Arc::new(FixedClock::new(ts(start)));
-    let store = Arc::new(JobStore::open(&db).unwrap());
+    let store: Arc<dyn JobStore> = Arc::new(SqliteStore::open(&db).unwrap());
     let scheduler = Scheduler::new(store, clock.clone(), Some("UTC".into()));
     Fixture {
         _dir: dir,
@@ -105,9 +107,11 @@ async fn new_york_spring_forward_runs_the_skipped_time_once_after_the_gap() {
     let f = fixture("2024-03-09T12:00:00Z");
     f.scheduler
         .add(&cron_job("late", "30 2 * * *", "America/New_York"))
+        .await
         .unwrap();
     f.scheduler
         .add(&cron_job("quarter", "*/15 2 * * *", "America/New_York"))
+        .await
         .unwrap();
     let runner = Recorder {
         clock: Some(f.clock.clone()),
@@ -136,6 +140,7 @@ async fn new_york_fall_back_runs_the_repeated_time_once() {
     let f = fixture("2024-11-02T12:00:00Z");
     f.scheduler
         .add(&cron_job("early", "30 1 * * *", "America/New_York"))
+        .await
         .unwrap();
     let runner = Recorder {
         clock: Some(f.clock.clone()),
@@ -153,6 +158,7 @@ async fn berlin_both_directions() {
     let f = fixture("2024-03-30T12:00:00Z");
     f.scheduler
         .add(&cron_job("night", "30 2 * * *", "Europe/Berlin"))
+        .await
         .unwrap();
     let runner = Recorder {
         clock: Some(f.clock.clone()),
@@ -167,6 +173,7 @@ async fn berlin_both_directions() {
     let f = fixture("2024-10-26T12:00:00Z");
     f.scheduler
         .add(&cron_job("night", "30 2 * * *", "Europe/Berlin"))
+        .await
         .unwrap();
     let runner = Recorder {
         clock: Some(f.clock.clone()),
@@ -183,7 +190,7 @@ async fn berlin_both_directions() {
 async fn travel_by_runs(f: &Fixture, runner: &Recorder, runs: usize) {
     let started = f.clock.now();
     for _ in 0..runs {
-        let next = f.scheduler.next_wake().unwrap().expect("a next run");
+        let next = f.scheduler.next_wake().await.unwrap().expect("a next run");
         if next > f.clock.now() {
             f.clock.set(next);
         }
@@ -197,6 +204,7 @@ async fn feb_29_runs_only_in_leap_years() {
     let job = f
         .scheduler
         .add(&cron_job("leap", "0 0 29 2 *", "UTC"))
+        .await
         .unwrap();
     let runner = Recorder {
         clock: Some(f.clock.clone()),
@@ -211,7 +219,7 @@ async fn feb_29_runs_only_in_leap_years() {
             "2032-02-29 00:00 UTC"
         ]
     );
-    let job = f.scheduler.get(&job.id).unwrap();
+    let job = f.scheduler.get(&job.id).await.unwrap();
     assert_eq!(
         job.state.next_run_at_ms,
         Some(ts("2036-02-29T00:00:00Z").as_millisecond())
@@ -228,6 +236,7 @@ async fn every_runs_on_its_grid_however_long_the_turns_take() {
             "tick",
             ScheduleInput::Every("90s".into()),
         ))
+        .await
         .unwrap();
     // Each turn takes 7 seconds of (travelled) time.
     let runner = Recorder {
@@ -236,14 +245,14 @@ async fn every_runs_on_its_grid_however_long_the_turns_take() {
         ..Recorder::default()
     };
     travel_by_runs(&f, &runner, 100).await;
-    let turns = runner.turns.lock().unwrap();
+    let turns = runner.turns.lock().unwrap().clone();
     for (i, (at, _)) in turns.iter().enumerate() {
         let want = ts("2024-01-01T00:00:00Z")
             .checked_add(SignedDuration::from_secs(90 * (i as i64 + 1)))
             .unwrap();
         assert_eq!(*at, want, "run {i}");
     }
-    let runs = f.scheduler.runs(&job.id, 1000).unwrap();
+    let runs = f.scheduler.runs(&job.id, 1000).await.unwrap();
     assert_eq!(runs.len(), 100);
     assert!(runs.iter().all(|r| r.duration_ms() == Some(7_000)));
 }
@@ -258,10 +267,11 @@ async fn one_shot_jobs_run_once_then_go() {
             "once",
             ScheduleInput::At("in 10m".into()),
         ))
+        .await
         .unwrap();
     let mut keep = JobRequest::new("kept", "kept", ScheduleInput::At("2024-01-01 00:20".into()));
     keep.keep_after_run = true;
-    let kept = f.scheduler.add(&keep).unwrap();
+    let kept = f.scheduler.add(&keep).await.unwrap();
     let runner = Recorder {
         clock: Some(f.clock.clone()),
         ..Recorder::default()
@@ -271,20 +281,24 @@ async fn one_shot_jobs_run_once_then_go() {
         runner.times("UTC"),
         ["2024-01-01 00:10 UTC", "2024-01-01 00:20 UTC"]
     );
-    assert!(f.scheduler.get(&gone.id).is_err(), "deleted after its run");
+    assert!(
+        f.scheduler.get(&gone.id).await.is_err(),
+        "deleted after its run"
+    );
     assert_eq!(
-        f.scheduler.runs(&gone.id, 5).unwrap()[0].status,
+        f.scheduler.runs(&gone.id, 5).await.unwrap()[0].status,
         RunStatus::Ok
     );
-    let kept = f.scheduler.get(&kept.id).unwrap();
+    let kept = f.scheduler.get(&kept.id).await.unwrap();
     assert!(!kept.enabled);
     assert_eq!(kept.state.next_run_at_ms, None);
-    assert!(f.scheduler.next_wake().unwrap().is_none());
+    assert!(f.scheduler.next_wake().await.unwrap().is_none());
     // Re-enabling a one-shot whose time has passed is refused with the reason.
     f.clock.advance(SignedDuration::from_mins(1));
     let err = f
         .scheduler
         .set_enabled(&kept.id, true)
+        .await
         .unwrap_err()
         .to_string();
     assert!(err.contains("already passed"), "{err}");
@@ -300,6 +314,7 @@ async fn a_failing_job_is_recorded_and_others_still_run() {
             "fail loudly",
             ScheduleInput::Every("1m".into()),
         ))
+        .await
         .unwrap();
     let good = f
         .scheduler
@@ -308,20 +323,21 @@ async fn a_failing_job_is_recorded_and_others_still_run() {
             "say hi",
             ScheduleInput::Every("1m".into()),
         ))
+        .await
         .unwrap();
     let runner = Recorder {
         clock: Some(f.clock.clone()),
         ..Recorder::default()
     };
     travel_by_runs(&f, &runner, 2).await;
-    let bad = f.scheduler.get(&bad.id).unwrap();
+    let bad = f.scheduler.get(&bad.id).await.unwrap();
     assert_eq!(bad.state.last_status, Some(RunStatus::Error));
     assert_eq!(
         bad.state.last_error.as_deref(),
         Some("could not fail loudly")
     );
     assert!(bad.enabled, "a failure does not stop the job");
-    let good_runs = f.scheduler.runs(&good.id, 10).unwrap();
+    let good_runs = f.scheduler.runs(&good.id, 10).await.unwrap();
     assert_eq!(good_runs.len(), 2);
     assert!(good_runs.iter().all(|r| r.status == RunStatus::Ok));
     assert_eq!(good_runs[0].output.as_deref(), Some("done: say hi"));
@@ -341,13 +357,14 @@ async fn a_run_cut_off_by_a_dying_gateway_is_interrupted_then_the_missed_policy_
     let once = f
         .scheduler
         .add(&cron_job("once", "0 9 * * *", "UTC"))
+        .await
         .unwrap();
     let mut skip = cron_job("skip", "0 9 * * *", "UTC");
     skip.missed = MissedPolicy::Skip;
-    let skip = f.scheduler.add(&skip).unwrap();
+    let skip = f.scheduler.add(&skip).await.unwrap();
     // The first gateway claims both runs at 09:00 and dies before they finish.
     f.clock.set(ts("2024-01-01T09:00:00Z"));
-    let store = JobStore::open(&f.db).unwrap();
+    let store: Arc<dyn JobStore> = Arc::new(SqliteStore::open(&f.db).unwrap());
     let pid = dead_pid();
     for job in [&once, &skip] {
         store
@@ -358,13 +375,14 @@ async fn a_run_cut_off_by_a_dying_gateway_is_interrupted_then_the_missed_policy_
                 ts("2024-01-01T09:00:00Z").as_millisecond(),
                 pid,
             )
+            .await
             .unwrap()
             .unwrap();
     }
     // A new gateway starts ten minutes later.
     f.clock.set(ts("2024-01-01T09:10:00Z"));
     let started = f.clock.now();
-    let recovered = f.scheduler.recover_interrupted().unwrap();
+    let recovered = f.scheduler.recover_interrupted().await.unwrap();
     assert_eq!(recovered.len(), 2);
     assert!(recovered.iter().all(|r| r.status == RunStatus::Interrupted));
     let runner = Recorder {
@@ -376,14 +394,14 @@ async fn a_run_cut_off_by_a_dying_gateway_is_interrupted_then_the_missed_policy_
     assert_eq!(finished[0].run.job_id, once.id);
     assert_eq!(finished[0].run.trigger, RunTrigger::Missed);
 
-    let once_runs = f.scheduler.runs(&once.id, 10).unwrap();
+    let once_runs = f.scheduler.runs(&once.id, 10).await.unwrap();
     let statuses: Vec<_> = once_runs.iter().map(|r| r.status).collect();
     assert_eq!(statuses, [RunStatus::Ok, RunStatus::Interrupted]);
-    let skip_runs = f.scheduler.runs(&skip.id, 10).unwrap();
+    let skip_runs = f.scheduler.runs(&skip.id, 10).await.unwrap();
     let statuses: Vec<_> = skip_runs.iter().map(|r| r.status).collect();
     assert_eq!(statuses, [RunStatus::Skipped, RunStatus::Interrupted]);
     for job in [&once, &skip] {
-        let job = f.scheduler.get(&job.id).unwrap();
+        let job = f.scheduler.get(&job.id).await.unwrap();
         assert_eq!(
             job.state.next_run_at_ms,
             Some(ts("2024-01-02T09:00:00Z").as_millisecond())
@@ -398,14 +416,16 @@ async fn runs_of_a_live_process_are_not_taken_over() {
     let job = f
         .scheduler
         .add(&JobRequest::new("a", "a", ScheduleInput::At("now".into())))
+        .await
         .unwrap();
     f.scheduler
         .start(&job, RunTrigger::Schedule)
+        .await
         .unwrap()
         .unwrap();
     // Our own process is alive, so its run is left alone.
-    assert!(f.scheduler.recover_interrupted().unwrap().is_empty());
-    assert!(f.scheduler.due().unwrap().is_empty());
+    assert!(f.scheduler.recover_interrupted().await.unwrap().is_empty());
+    assert!(f.scheduler.due().await.unwrap().is_empty());
     let err = f
         .scheduler
         .run_now(&job.id, &Recorder::default())
@@ -420,6 +440,7 @@ async fn a_manual_run_leaves_the_schedule_alone() {
     let job = f
         .scheduler
         .add(&cron_job("daily", "0 9 * * *", "UTC"))
+        .await
         .unwrap();
     let finished = f
         .scheduler
@@ -428,7 +449,7 @@ async fn a_manual_run_leaves_the_schedule_alone() {
         .unwrap();
     assert_eq!(finished.run.trigger, RunTrigger::Manual);
     assert_eq!(finished.output.as_deref(), Some("done: run daily"));
-    let after = f.scheduler.get(&job.id).unwrap();
+    let after = f.scheduler.get(&job.id).await.unwrap();
     assert_eq!(after.state.next_run_at_ms, job.state.next_run_at_ms);
     assert_eq!(after.state.last_status, Some(RunStatus::Ok));
 }
@@ -503,7 +524,7 @@ async fn the_gateway_sees_jobs_added_through_another_connection() {
 
     // Another "process": its own store handle and clock, adding a job due now.
     let other = Scheduler::new(
-        Arc::new(JobStore::open(&f.db).unwrap()),
+        Arc::new(SqliteStore::open(&f.db).unwrap()),
         f.clock.clone(),
         Some("UTC".into()),
     );
@@ -513,6 +534,7 @@ async fn the_gateway_sees_jobs_added_through_another_connection() {
             "ping",
             ScheduleInput::At("now".into()),
         ))
+        .await
         .unwrap();
     wait_until("the run", || events.finished().len() == 1).await;
     assert_eq!(events.finished(), [("ping".to_string(), RunStatus::Ok)]);
@@ -525,6 +547,7 @@ async fn the_gateway_sees_jobs_added_through_another_connection() {
             "fail: no luck",
             ScheduleInput::Every("1m".into()),
         ))
+        .await
         .unwrap();
     other
         .add(&JobRequest::new(
@@ -532,6 +555,7 @@ async fn the_gateway_sees_jobs_added_through_another_connection() {
             "tick",
             ScheduleInput::Every("1m".into()),
         ))
+        .await
         .unwrap();
     f.clock.advance(SignedDuration::from_secs(61));
     wait_until("two more runs", || events.finished().len() == 3).await;
@@ -564,6 +588,7 @@ async fn shutdown_records_a_cut_off_run_as_interrupted() {
             "sleep:30 slow",
             ScheduleInput::At("now".into()),
         ))
+        .await
         .unwrap();
     let (events, log) = Events::log();
     let gateway = Gateway::new(
@@ -586,11 +611,11 @@ async fn shutdown_records_a_cut_off_run_as_interrupted() {
         .expect("the gateway stops within its grace period")
         .unwrap()
         .unwrap();
-    let runs = f.scheduler.runs(&job.id, 10).unwrap();
+    let runs = f.scheduler.runs(&job.id, 10).await.unwrap();
     assert_eq!(runs.len(), 1);
     assert_eq!(runs[0].status, RunStatus::Interrupted);
     assert!(runs[0].finished_at_ms.is_some());
-    let job = f.scheduler.get(&job.id).unwrap();
+    let job = f.scheduler.get(&job.id).await.unwrap();
     assert_eq!(job.state.running_run_id, None);
     assert!(
         job.enabled,

@@ -3,7 +3,6 @@
 use std::path::PathBuf;
 
 use anyhow::{Context, Result, anyhow};
-use engram_store_sqlite::{DATABASE_FILE, SqliteStore};
 
 /// The resolved home directory.
 #[derive(Debug, Clone)]
@@ -43,16 +42,5 @@ impl Home {
     /// The directory.
     pub fn dir(&self) -> &std::path::Path {
         &self.dir
-    }
-
-    /// The database file in this home.
-    pub fn database_path(&self) -> PathBuf {
-        self.dir.join(DATABASE_FILE)
-    }
-
-    /// Opens (creating if needed) the store in this home.
-    pub fn open_store(&self) -> Result<SqliteStore> {
-        self.ensure()?;
-        Ok(SqliteStore::open(self.dir.join(DATABASE_FILE))?)
     }
 }

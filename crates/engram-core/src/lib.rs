@@ -26,9 +26,8 @@ pub use memory::{
     normalize_text,
 };
 pub use store::{
-    AddOutcome, Backend, BlockingMemoryStore, DayCount, DayCounter, DenseIndexStats,
-    DenseSearchCounts, DenseTuning, ExportCursor, HistoryEvent, HistoryKind, LexicalHit,
-    MemoryPatch, MemoryStore, PendingText, StoreError, StoreStats, StoredVector, UserCount,
-    VectorHit, VectorModelStats,
+    AddOutcome, Backend, DayCount, DayCounter, DenseIndexStats, DenseSearchCounts, DenseTuning,
+    ExportCursor, HistoryEvent, HistoryKind, LexicalHit, MemoryPatch, MemoryStore, PendingText,
+    StoreError, StoreStats, StoredVector, UserCount, VectorHit, VectorModelStats,
 };
 pub use tool::{Tool, ToolOutput, ToolSpec};

@@ -5,8 +5,7 @@
 use std::collections::HashSet;
 
 use engram_core::{
-    AddOutcome, BlockingMemoryStore, ChatModel, ChatRequest, Filter, Kind, Memory, Message,
-    StoreError,
+    AddOutcome, ChatModel, ChatRequest, Filter, Kind, Memory, MemoryStore, Message, StoreError,
 };
 use jiff::{SignedDuration, Timestamp};
 use serde::Serialize;
@@ -72,15 +71,15 @@ pub struct CleanupReport {
     pub invalidated: usize,
 }
 
-fn scan(
-    store: &dyn BlockingMemoryStore,
+async fn scan(
+    store: &dyn MemoryStore,
     filter: &Filter,
     mut keep: impl FnMut(&Memory) -> bool,
 ) -> Result<Vec<Memory>, StoreError> {
     let mut found = Vec::new();
     let mut offset = 0;
     loop {
-        let page = store.list(filter, PAGE, offset)?;
+        let page = store.list(filter, PAGE, offset).await?;
         let len = page.len();
         found.extend(page.into_iter().filter(|m| keep(m)));
         if len < PAGE {
@@ -92,8 +91,8 @@ fn scan(
 
 /// Finds episodes older than the rule allows with importance below its threshold, and memories
 /// whose expiry has passed but are not closed yet, and invalidates them (unless `dry_run`).
-pub fn cleanup(
-    store: &dyn BlockingMemoryStore,
+pub async fn cleanup(
+    store: &dyn MemoryStore,
     user: &str,
     rule: &CleanupRule,
     now: Timestamp,
@@ -107,7 +106,8 @@ pub fn cleanup(
         ..Filter::user(user)
     };
     let mut items: Vec<CleanupItem> =
-        scan(store, &old, |m| m.importance.get() < rule.below_importance)?
+        scan(store, &old, |m| m.importance.get() < rule.below_importance)
+            .await?
             .into_iter()
             .map(|memory| CleanupItem {
                 memory,
@@ -121,7 +121,8 @@ pub fn cleanup(
     };
     let expired = scan(store, &all, |m| {
         m.valid_to.is_none() && m.expires_at.is_some_and(|t| t <= now) && !picked.contains(&m.id)
-    })?;
+    })
+    .await?;
     items.extend(expired.into_iter().map(|memory| CleanupItem {
         memory,
         reason: CleanupReason::Expired,
@@ -130,7 +131,7 @@ pub fn cleanup(
     let mut invalidated = 0;
     if !dry_run {
         for item in &items {
-            match store.invalidate(item.memory.id, actor) {
+            match store.invalidate(item.memory.id, actor).await {
                 Ok(_) => invalidated += 1,
                 // Closed or removed meanwhile by someone else: nothing left to do.
                 Err(StoreError::AlreadyClosed(_) | StoreError::NotFound(_)) => {}
@@ -207,13 +208,13 @@ pub fn parse_compacted(raw: &str) -> Result<Vec<(Kind, ProfileEntry)>, UnusableO
 /// invalidated (kept in history); entries it keeps word for word stay as they are. Nothing
 /// changes when the profile is small, the answer is unusable, or it is not shorter.
 pub async fn compact_profile(
-    store: &dyn BlockingMemoryStore,
+    store: &dyn MemoryStore,
     model: &dyn ChatModel,
     user: &str,
     now: Timestamp,
     actor: &str,
 ) -> Result<CompactReport, MemoryError> {
-    let profile = current_profile(store, user, MAX_COMPACT_ENTRIES)?;
+    let profile = current_profile(store, user, MAX_COMPACT_ENTRIES).await?;
     let mut report = CompactReport {
         before: profile.len(),
         after: profile.len(),
@@ -255,7 +256,7 @@ pub async fn compact_profile(
             kept.insert(key);
             continue;
         }
-        match store.invalidate(memory.id, actor) {
+        match store.invalidate(memory.id, actor).await {
             Ok(_) => report.invalidated += 1,
             Err(StoreError::AlreadyClosed(_) | StoreError::NotFound(_)) => {}
             Err(e) => return Err(e.into()),
@@ -271,11 +272,16 @@ pub async fn compact_profile(
         if kept.contains(&(*kind, normal(&entry.text()))) {
             continue;
         }
-        if let AddOutcome::Added(_) = store.add(new_profile_memory(*kind, entry, &origin), actor)? {
+        if let AddOutcome::Added(_) = store
+            .add(new_profile_memory(*kind, entry, &origin), actor)
+            .await?
+        {
             report.added += 1;
         }
     }
-    report.after = current_profile(store, user, MAX_COMPACT_ENTRIES)?.len();
+    report.after = current_profile(store, user, MAX_COMPACT_ENTRIES)
+        .await?
+        .len();
     Ok(report)
 }
 

@@ -15,8 +15,8 @@ use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
 use engram_core::{
-    AddOutcome, BlockingMemoryStore, ChatModel, Filter, Importance, Kind, LlmError, Memory,
-    Message, MetaCondition, NewMemory, Scope, StoreError,
+    AddOutcome, ChatModel, Filter, Importance, Kind, LlmError, Memory, MemoryStore, Message,
+    MetaCondition, NewMemory, Scope, StoreError,
 };
 use engram_workspace::Workspace;
 use jiff::Timestamp;
@@ -194,7 +194,7 @@ impl fmt::Display for MemoryOverview {
 
 /// Long-term memory for one user: store, retrieval, model and markdown files together.
 pub struct MemoryManager {
-    store: Arc<dyn BlockingMemoryStore>,
+    store: Arc<dyn MemoryStore>,
     searcher: Arc<Searcher>,
     model: Option<Arc<dyn ChatModel>>,
     mirror: MarkdownMirror,
@@ -224,7 +224,7 @@ impl MemoryManager {
     /// A manager for `user`, with MEMORY.md and daily notes under `workspace/memory`. Without a
     /// model there is no extraction, merging or compaction; the context still works.
     pub fn new(
-        store: Arc<dyn BlockingMemoryStore>,
+        store: Arc<dyn MemoryStore>,
         searcher: Arc<Searcher>,
         model: Option<Arc<dyn ChatModel>>,
         workspace: Workspace,
@@ -266,7 +266,7 @@ impl MemoryManager {
     }
 
     /// The store.
-    pub fn store(&self) -> &Arc<dyn BlockingMemoryStore> {
+    pub fn store(&self) -> &Arc<dyn MemoryStore> {
         &self.store
     }
 
@@ -322,7 +322,8 @@ impl MemoryManager {
         timings.long_term_us = ContextTimings::since(started);
 
         let started = Instant::now();
-        for memory in merge::current_profile(self.store.as_ref(), &self.user, PROFILE_LIMIT)? {
+        for memory in merge::current_profile(self.store.as_ref(), &self.user, PROFILE_LIMIT).await?
+        {
             let rank =
                 f64::from(memory.importance.get()) * 1e10 + memory.updated_at.as_second() as f64;
             items.push(
@@ -388,7 +389,8 @@ impl MemoryManager {
             };
             let recent = self
                 .store
-                .list(&filter, self.config.recent_episodes + shown.len(), 0)?;
+                .list(&filter, self.config.recent_episodes + shown.len(), 0)
+                .await?;
             for memory in recent
                 .into_iter()
                 .filter(|m| !shown.contains(&m.id))
@@ -461,14 +463,14 @@ impl MemoryManager {
             }],
             ..self.filter()
         };
-        let indexed = self.store.list(&filter, 100_000, 0)?;
+        let indexed = self.store.list(&filter, 100_000, 0).await?;
         let mut present = HashSet::new();
         for memory in indexed {
             let normal = engram_core::normalize_text(&memory.text);
             if wanted.contains(&normal) && present.insert(normal) {
                 continue;
             }
-            match self.store.invalidate(memory.id, ACTOR) {
+            match self.store.invalidate(memory.id, ACTOR).await {
                 Ok(_) | Err(StoreError::AlreadyClosed(_) | StoreError::NotFound(_)) => {}
                 Err(e) => return Err(e.into()),
             }
@@ -501,7 +503,7 @@ impl MemoryManager {
             Ok(outcome) => Ok(outcome),
             Err(SearchError::Embed(e)) => {
                 tracing::warn!(error = %e, "memory stored without a vector: embedding failed");
-                Ok(self.store.add(memory, ACTOR)?)
+                Ok(self.store.add(memory, ACTOR).await?)
             }
             Err(e) => Err(e.into()),
         }
@@ -669,18 +671,20 @@ impl MemoryManager {
         report.unusable.push(unusable.to_string());
     }
 
-    fn count(&self, kinds: &[Kind]) -> Result<u64, StoreError> {
-        self.store.count(&Filter {
-            kinds: kinds.to_vec(),
-            ..self.filter()
-        })
+    async fn count(&self, kinds: &[Kind]) -> Result<u64, StoreError> {
+        self.store
+            .count(&Filter {
+                kinds: kinds.to_vec(),
+                ..self.filter()
+            })
+            .await
     }
 
     /// One line on what is known, for the start of a REPL.
-    pub fn known_summary(&self) -> Result<String, MemoryError> {
-        let facts = self.count(&[Kind::Fact])?;
-        let preferences = self.count(&[Kind::Preference])?;
-        let episodes = self.count(&[Kind::Episode])?;
+    pub async fn known_summary(&self) -> Result<String, MemoryError> {
+        let facts = self.count(&[Kind::Fact]).await?;
+        let preferences = self.count(&[Kind::Preference]).await?;
+        let episodes = self.count(&[Kind::Episode]).await?;
         if facts + preferences + episodes == 0 {
             return Ok("I don't remember anything about you yet.".to_string());
         }
@@ -695,29 +699,36 @@ impl MemoryManager {
     }
 
     /// The profile, the last 10 episodes and counts, for `/memory`.
-    pub fn overview(&self) -> Result<MemoryOverview, MemoryError> {
-        let profile = merge::current_profile(self.store.as_ref(), &self.user, PROFILE_LIMIT)?;
+    pub async fn overview(&self) -> Result<MemoryOverview, MemoryError> {
+        let profile =
+            merge::current_profile(self.store.as_ref(), &self.user, PROFILE_LIMIT).await?;
         let (facts, preferences) = profile.into_iter().partition(|m| m.kind == Kind::Fact);
-        let recent_episodes = self.store.list(
-            &Filter {
-                kinds: vec![Kind::Episode],
+        let recent_episodes = self
+            .store
+            .list(
+                &Filter {
+                    kinds: vec![Kind::Episode],
+                    ..self.filter()
+                },
+                10,
+                0,
+            )
+            .await?;
+        let all = self
+            .store
+            .count(&Filter {
+                include_closed: true,
                 ..self.filter()
-            },
-            10,
-            0,
-        )?;
-        let all = self.store.count(&Filter {
-            include_closed: true,
-            ..self.filter()
-        })?;
-        let current = self.store.count(&self.filter())?;
+            })
+            .await?;
+        let current = self.store.count(&self.filter()).await?;
         Ok(MemoryOverview {
             user: self.user.clone(),
             facts,
             preferences,
             recent_episodes,
-            episode_count: self.count(&[Kind::Episode])?,
-            note_count: self.count(&[Kind::Note])?,
+            episode_count: self.count(&[Kind::Episode]).await?,
+            note_count: self.count(&[Kind::Note]).await?,
             closed_count: all.saturating_sub(current),
         })
     }
@@ -727,10 +738,10 @@ impl MemoryManager {
     ///
     /// Files that lead outside the workspace (a `memory` folder linked elsewhere) are refused
     /// before anything is erased, so the answer is all or nothing as far as it can be.
-    pub fn forget(&self) -> Result<u64, MemoryError> {
+    pub async fn forget(&self) -> Result<u64, MemoryError> {
         self.mirror.check("remove")?;
         let log = self.rejected_log("remove")?;
-        let removed = self.store.forget_user(&self.user)?;
+        let removed = self.store.forget_user(&self.user).await?;
         self.mirror.remove_all()?;
         match std::fs::remove_file(&log) {
             Ok(()) => {}
@@ -759,20 +770,16 @@ impl MemoryManager {
 
     /// Invalidates (keeping history) old unimportant episodes and expired memories, or only
     /// lists them when `dry_run`.
-    pub fn cleanup(
+    pub async fn cleanup(
         &self,
         rule: &CleanupRule,
         now: Timestamp,
         dry_run: bool,
     ) -> Result<CleanupReport, MemoryError> {
-        Ok(maintenance::cleanup(
-            self.store.as_ref(),
-            &self.user,
-            rule,
-            now,
-            dry_run,
-            ACTOR,
-        )?)
+        Ok(
+            maintenance::cleanup(self.store.as_ref(), &self.user, rule, now, dry_run, ACTOR)
+                .await?,
+        )
     }
 
     /// Has the model condense the profile into fewer entries; the old ones are invalidated.

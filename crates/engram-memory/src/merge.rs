@@ -15,8 +15,8 @@
 use std::collections::HashSet;
 
 use engram_core::{
-    AddOutcome, BlockingMemoryStore, ChatModel, ChatRequest, Filter, Importance, Kind, Memory,
-    MemoryId, Message, MetaCondition, NewMemory, Scope, StoreError,
+    AddOutcome, ChatModel, ChatRequest, Filter, Importance, Kind, Memory, MemoryId, MemoryStore,
+    Message, MetaCondition, NewMemory, Scope, StoreError,
 };
 use serde_json::Value;
 
@@ -77,8 +77,8 @@ pub struct MergeOrigin<'a> {
 }
 
 /// The current profile entries of `user` with `key`, of either kind.
-pub fn current_with_key(
-    store: &dyn BlockingMemoryStore,
+pub async fn current_with_key(
+    store: &dyn MemoryStore,
     user: &str,
     key: &str,
 ) -> Result<Vec<Memory>, StoreError> {
@@ -86,22 +86,22 @@ pub fn current_with_key(
         key: "key".into(),
         value: key.into(),
     };
-    profile_lists(store, user, vec![condition], 100)
+    profile_lists(store, user, vec![condition], 100).await
 }
 
 /// Every current fact and preference of `user`, newest first, at most `limit`.
-pub fn current_profile(
-    store: &dyn BlockingMemoryStore,
+pub async fn current_profile(
+    store: &dyn MemoryStore,
     user: &str,
     limit: usize,
 ) -> Result<Vec<Memory>, StoreError> {
-    profile_lists(store, user, Vec::new(), limit)
+    profile_lists(store, user, Vec::new(), limit).await
 }
 
 /// One listing per kind (each follows the store's per-kind index; a listing of both kinds at
 /// once would walk all of the user's memories), merged newest first.
-fn profile_lists(
-    store: &dyn BlockingMemoryStore,
+async fn profile_lists(
+    store: &dyn MemoryStore,
     user: &str,
     metadata: Vec<MetaCondition>,
     limit: usize,
@@ -113,7 +113,7 @@ fn profile_lists(
             metadata: metadata.clone(),
             ..Filter::user(user)
         };
-        all.extend(store.list(&filter, limit, 0)?);
+        all.extend(store.list(&filter, limit, 0).await?);
     }
     all.sort_by(|a, b| b.created_at.cmp(&a.created_at).then(b.id.cmp(&a.id)));
     all.truncate(limit);
@@ -141,21 +141,23 @@ pub fn new_profile_memory(kind: Kind, entry: &ProfileEntry, origin: &MergeOrigin
 }
 
 /// Adds the entry; `true` when it was new.
-fn add(
-    store: &dyn BlockingMemoryStore,
+async fn add(
+    store: &dyn MemoryStore,
     kind: Kind,
     entry: &ProfileEntry,
     origin: &MergeOrigin<'_>,
 ) -> Result<bool, StoreError> {
     Ok(matches!(
-        store.add(new_profile_memory(kind, entry, origin), origin.actor)?,
+        store
+            .add(new_profile_memory(kind, entry, origin), origin.actor)
+            .await?,
         AddOutcome::Added(_)
     ))
 }
 
 /// Closes a memory, treating "already closed" (another process got there first) as done.
-fn close(store: &dyn BlockingMemoryStore, id: MemoryId, actor: &str) -> Result<bool, StoreError> {
-    match store.invalidate(id, actor) {
+async fn close(store: &dyn MemoryStore, id: MemoryId, actor: &str) -> Result<bool, StoreError> {
+    match store.invalidate(id, actor).await {
         Ok(_) => Ok(true),
         Err(StoreError::AlreadyClosed(_) | StoreError::NotFound(_)) => Ok(false),
         Err(e) => Err(e),
@@ -163,25 +165,25 @@ fn close(store: &dyn BlockingMemoryStore, id: MemoryId, actor: &str) -> Result<b
 }
 
 /// The key rule for one entry.
-pub fn apply_key_rule(
-    store: &dyn BlockingMemoryStore,
+pub async fn apply_key_rule(
+    store: &dyn MemoryStore,
     kind: Kind,
     entry: &ProfileEntry,
     origin: &MergeOrigin<'_>,
     report: &mut MergeReport,
 ) -> Result<(), StoreError> {
-    let current = current_with_key(store, origin.user, &entry.key)?;
+    let current = current_with_key(store, origin.user, &entry.key).await?;
     let text = entry.text();
     if current.iter().any(|m| same_text(&m.text, &text)) {
         report.unchanged += 1;
         return Ok(());
     }
     for old in &current {
-        if close(store, old.id, origin.actor)? {
+        if close(store, old.id, origin.actor).await? {
             report.superseded += 1;
         }
     }
-    if add(store, kind, entry, origin)? {
+    if add(store, kind, entry, origin).await? {
         report.added += 1;
     } else {
         report.unchanged += 1;
@@ -304,8 +306,8 @@ pub fn parse_decisions(
 
 /// The known entries the model should see for `new`: same-key ones first, then the most similar
 /// by words, at most [`MAX_SHOWN`].
-fn neighbours(
-    store: &dyn BlockingMemoryStore,
+async fn neighbours(
+    store: &dyn MemoryStore,
     user: &str,
     new: &[(Kind, ProfileEntry)],
 ) -> Result<Vec<Memory>, StoreError> {
@@ -316,7 +318,7 @@ fn neighbours(
         ..Filter::user(user)
     };
     for (_, entry) in new {
-        for memory in current_with_key(store, user, &entry.key)? {
+        for memory in current_with_key(store, user, &entry.key).await? {
             if seen.insert(memory.id) {
                 known.push(memory);
             }
@@ -324,7 +326,7 @@ fn neighbours(
     }
     for (_, entry) in new {
         let query = format!("{} {}", entry.key.replace('_', " "), entry.value);
-        let hits = match store.search_lexical(&filter, &query, NEIGHBOURS) {
+        let hits = match store.search_lexical(&filter, &query, NEIGHBOURS).await {
             Ok(hits) => hits,
             // A query of no searchable words finds nothing.
             Err(StoreError::BadQuery(_)) => Vec::new(),
@@ -343,7 +345,7 @@ fn neighbours(
 /// Merges a profile update: by the model when one is given and something similar is known,
 /// by the key rule otherwise.
 pub async fn merge_profile(
-    store: &dyn BlockingMemoryStore,
+    store: &dyn MemoryStore,
     model: Option<&dyn ChatModel>,
     update: &ProfileUpdate,
     origin: &MergeOrigin<'_>,
@@ -366,7 +368,7 @@ pub async fn merge_profile(
     let mut decisions = vec![None; new.len()];
     let mut known = Vec::new();
     if let Some(model) = model {
-        known = neighbours(store, origin.user, &new)?;
+        known = neighbours(store, origin.user, &new).await?;
         // Nothing similar is known: every entry is an addition, no need to ask.
         if !known.is_empty() {
             let response = model.chat(&merge_request(&known, &new)).await?;
@@ -378,13 +380,13 @@ pub async fn merge_profile(
     }
     for ((kind, entry), decision) in new.iter().zip(decisions) {
         match decision {
-            None => apply_key_rule(store, *kind, entry, origin, &mut report)?,
+            None => apply_key_rule(store, *kind, entry, origin, &mut report).await?,
             Some(event) => {
                 report.by_model += 1;
                 match event {
                     MergeEvent::None => report.unchanged += 1,
                     MergeEvent::Add => {
-                        if add(store, *kind, entry, origin)? {
+                        if add(store, *kind, entry, origin).await? {
                             report.added += 1;
                         } else {
                             report.unchanged += 1;
@@ -396,15 +398,15 @@ pub async fn merge_profile(
                             report.unchanged += 1;
                             continue;
                         }
-                        if close(store, target.id, origin.actor)? {
+                        if close(store, target.id, origin.actor).await? {
                             report.superseded += 1;
                         }
-                        if add(store, *kind, entry, origin)? {
+                        if add(store, *kind, entry, origin).await? {
                             report.added += 1;
                         }
                     }
                     MergeEvent::Delete(id) => {
-                        if close(store, known[id].id, origin.actor)? {
+                        if close(store, known[id].id, origin.actor).await? {
                             report.deleted += 1;
                         }
                     }

@@ -5,8 +5,7 @@ use std::collections::HashMap;
 use std::sync::Arc;
 
 use engram_core::{
-    BlockingMemoryStore, Clock, EmbedError, Embedder, Filter, Memory, MemoryId, StoreError,
-    SystemClock,
+    Clock, EmbedError, Embedder, Filter, Memory, MemoryId, MemoryStore, StoreError, SystemClock,
 };
 use jiff::tz::TimeZone;
 use serde::Serialize;
@@ -108,7 +107,7 @@ pub enum SearchError {
 /// Runs searches against a store, with an embedder when one is configured.
 #[derive(Clone)]
 pub struct Searcher {
-    store: Arc<dyn BlockingMemoryStore>,
+    store: Arc<dyn MemoryStore>,
     embedder: Option<Arc<dyn Embedder>>,
     profile: RankingProfile,
     clock: Arc<dyn Clock>,
@@ -126,7 +125,7 @@ impl std::fmt::Debug for Searcher {
 
 impl Searcher {
     /// A lexical-only searcher over `store` with the balanced profile.
-    pub fn new(store: Arc<dyn BlockingMemoryStore>) -> Self {
+    pub fn new(store: Arc<dyn MemoryStore>) -> Self {
         Self {
             store,
             embedder: None,
@@ -166,7 +165,7 @@ impl Searcher {
     }
 
     /// The store searched.
-    pub fn store(&self) -> &Arc<dyn BlockingMemoryStore> {
+    pub fn store(&self) -> &Arc<dyn MemoryStore> {
         &self.store
     }
 
@@ -182,6 +181,7 @@ impl Searcher {
         let lexical = match self
             .store
             .search_lexical(&request.filter, &request.query, candidates)
+            .await
         {
             Ok(hits) => hits,
             // A query of no words can still be found by meaning.
@@ -191,7 +191,8 @@ impl Searcher {
         let dense = match &query_vector {
             Some((model, vector)) => {
                 self.store
-                    .vector_search(model, &request.filter, vector, candidates)?
+                    .vector_search(model, &request.filter, vector, candidates)
+                    .await?
             }
             None => Vec::new(),
         };
@@ -309,7 +310,7 @@ impl Searcher {
             return Ok(None);
         };
         let model = embedder.model_id().to_string();
-        let models = self.store.vector_models()?;
+        let models = self.store.vector_models().await?;
         if !models.iter().any(|m| m.model == model && m.vectors > 0) {
             match models.iter().find(|m| m.vectors > 0) {
                 Some(other) => notices.push(format!(

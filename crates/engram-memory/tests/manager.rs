@@ -6,8 +6,8 @@ use std::path::PathBuf;
 use std::sync::Arc;
 
 use engram_core::{
-    BlockingMemoryStore, ChatModel, ChatRequest, Clock, Filter, FixedClock, HistoryKind, Kind,
-    Memory, Message,
+    ChatModel, ChatRequest, Clock, Filter, FixedClock, HistoryKind, Kind, Memory, MemoryStore,
+    Message,
 };
 use engram_llm::Provider;
 use engram_llm::scripted::{ScriptedServer, Turn};
@@ -28,7 +28,7 @@ fn day_one() -> Timestamp {
 struct World {
     dir: TempDir,
     clock: Arc<FixedClock>,
-    store: Arc<dyn BlockingMemoryStore>,
+    store: Arc<dyn MemoryStore>,
 }
 
 impl World {
@@ -59,25 +59,25 @@ impl World {
         .with_time_zone(TimeZone::UTC)
     }
 
-    fn current(&self, kinds: &[Kind]) -> Vec<Memory> {
+    async fn current(&self, kinds: &[Kind]) -> Vec<Memory> {
         let filter = Filter {
             kinds: kinds.to_vec(),
             ..Filter::user(USER)
         };
-        self.store.list(&filter, 1000, 0).unwrap()
+        self.store.list(&filter, 1000, 0).await.unwrap()
     }
 
-    fn everything(&self, kinds: &[Kind]) -> Vec<Memory> {
+    async fn everything(&self, kinds: &[Kind]) -> Vec<Memory> {
         let filter = Filter {
             kinds: kinds.to_vec(),
             include_closed: true,
             ..Filter::user(USER)
         };
-        self.store.list(&filter, 1000, 0).unwrap()
+        self.store.list(&filter, 1000, 0).await.unwrap()
     }
 }
 
-fn open_store(dir: &TempDir, clock: &Arc<FixedClock>) -> Arc<dyn BlockingMemoryStore> {
+fn open_store(dir: &TempDir, clock: &Arc<FixedClock>) -> Arc<dyn MemoryStore> {
     Arc::new(
         SqliteStore::open_with(
             dir.path().join("engram.db"),
@@ -168,7 +168,7 @@ async fn two_sessions_the_second_knows_what_the_first_learned() {
         if provider == Provider::OpenAi {
             assert_eq!(requests[0].body["response_format"]["type"], "json_object");
         }
-        let episode = &world.current(&[Kind::Episode])[0];
+        let episode = &world.current(&[Kind::Episode]).await[0];
         assert!(
             episode.text.contains("yesterday (2024-05-15)"),
             "{}",
@@ -176,7 +176,7 @@ async fn two_sessions_the_second_knows_what_the_first_learned() {
         );
         assert_eq!(episode.category.as_deref(), Some("task_result"));
         assert_eq!(episode.metadata["session"], "cli:direct");
-        let facts = world.current(&[Kind::Fact]);
+        let facts = world.current(&[Kind::Fact]).await;
         assert!(
             facts
                 .iter()
@@ -196,7 +196,7 @@ async fn two_sessions_the_second_knows_what_the_first_learned() {
         world.clock.set("2024-05-17T09:00:00Z".parse().unwrap());
         let second = world.manager(Some(model.clone()), ManagerConfig::default());
         assert_eq!(
-            second.known_summary().unwrap(),
+            second.known_summary().await.unwrap(),
             "I remember 3 facts, 0 preferences and 1 episode about you."
         );
         let block = second
@@ -285,14 +285,14 @@ async fn a_changed_preference_leaves_one_current_fact_and_the_old_one_in_history
         );
         assert_eq!(report.decided_by_model, usize::from(model_merge));
 
-        let current = world.current(&[Kind::Preference]);
+        let current = world.current(&[Kind::Preference]).await;
         assert_eq!(current.len(), 1);
         assert_eq!(current[0].text, "answer_style: short answers");
-        let all = world.everything(&[Kind::Preference]);
+        let all = world.everything(&[Kind::Preference]).await;
         assert_eq!(all.len(), 2);
         let old = all.iter().find(|m| m.text.contains("detailed")).unwrap();
         assert!(old.valid_to.is_some());
-        let history = world.store.history(old.id).unwrap();
+        let history = world.store.history(old.id).await.unwrap();
         assert!(history.iter().any(|h| h.event == HistoryKind::Invalidate));
         if model_merge {
             // The model saw the known entry under a small id, never its real id.
@@ -359,6 +359,7 @@ async fn the_model_merge_keeps_an_addition_apart_from_a_replacement_and_delete_o
     );
     let mut current: Vec<String> = world
         .current(&[Kind::Fact])
+        .await
         .into_iter()
         .map(|m| m.text)
         .collect();
@@ -371,7 +372,7 @@ async fn the_model_merge_keeps_an_addition_apart_from_a_replacement_and_delete_o
         ]
     );
     // Nothing was destroyed: the replaced and the deleted entries are closed, not gone.
-    assert_eq!(world.everything(&[Kind::Fact]).len(), 4);
+    assert_eq!(world.everything(&[Kind::Fact]).await.len(), 4);
 }
 
 #[tokio::test]
@@ -428,7 +429,7 @@ async fn malformed_extraction_output_is_repaired_or_kept_aside_never_a_crash() {
         let first: serde_json::Value = serde_json::from_str(log.lines().next().unwrap()).unwrap();
         assert_eq!(first["raw"], answer);
         assert_eq!(first["call"], "episodes");
-        assert!(world.everything(&[]).is_empty());
+        assert!(world.everything(&[]).await.is_empty());
     }
 
     // A merge answer that cannot be used falls back to the key rule.
@@ -462,7 +463,7 @@ async fn malformed_extraction_output_is_repaired_or_kept_aside_never_a_crash() {
         (1, 1, 0)
     );
     assert_eq!(report.unusable.len(), 1);
-    assert_eq!(world.current(&[Kind::Fact])[0].text, "editor: helix");
+    assert_eq!(world.current(&[Kind::Fact]).await[0].text, "editor: helix");
 }
 
 #[tokio::test]
@@ -511,7 +512,7 @@ async fn an_edited_memory_md_is_seen_on_the_next_turn_and_indexed() {
             .text
             .contains("## Long-term notes (MEMORY.md)\n- Deploys to Fly.io every Friday")
     );
-    let notes = world.current(&[Kind::Note]);
+    let notes = world.current(&[Kind::Note]).await;
     assert_eq!(notes.len(), 2);
     assert!(
         notes
@@ -534,6 +535,7 @@ async fn an_edited_memory_md_is_seen_on_the_next_turn_and_indexed() {
     assert!(!block.text.contains("Fly.io"));
     let mut current: Vec<String> = world
         .current(&[Kind::Note])
+        .await
         .into_iter()
         .map(|m| m.text)
         .collect();
@@ -543,17 +545,18 @@ async fn an_edited_memory_md_is_seen_on_the_next_turn_and_indexed() {
         vec!["Deploys to Render every Monday", "Team lead is Priya"]
     );
     // The old line is closed, not gone; the new one is searchable.
-    assert_eq!(world.everything(&[Kind::Note]).len(), 3);
+    assert_eq!(world.everything(&[Kind::Note]).await.len(), 3);
     let hits = world
         .store
         .search_lexical(&Filter::user(USER), "Render", 5)
+        .await
         .unwrap();
     assert_eq!(hits.len(), 1);
 
     // A new process syncs again without duplicating anything.
     let again = world.manager(None, ManagerConfig::default());
     again.context_block("hi", day_one()).await.unwrap();
-    assert_eq!(world.everything(&[Kind::Note]).len(), 3);
+    assert_eq!(world.everything(&[Kind::Note]).await.len(), 3);
 
     // Removing the file closes its notes.
     std::fs::remove_file(&path).unwrap();
@@ -561,7 +564,7 @@ async fn an_edited_memory_md_is_seen_on_the_next_turn_and_indexed() {
         again.context_block("deploy", day_one()).await.unwrap(),
         None
     );
-    assert!(world.current(&[Kind::Note]).is_empty());
+    assert!(world.current(&[Kind::Note]).await.is_empty());
 }
 
 #[tokio::test]
@@ -592,12 +595,13 @@ async fn daily_notes_overview_and_forget() {
                 .with_kind(Kind::Fact),
             "test",
         )
+        .await
         .unwrap();
-    let overview = manager.overview().unwrap();
+    let overview = manager.overview().await.unwrap();
     assert_eq!(overview.facts.len(), 1);
     assert!(overview.to_string().contains("Facts:\n  - role: designer"));
-    assert_eq!(manager.forget().unwrap(), 1);
-    assert!(world.everything(&[]).is_empty());
+    assert_eq!(manager.forget().await.unwrap(), 1);
+    assert!(world.everything(&[]).await.is_empty());
     assert!(
         !manager
             .mirror()
@@ -605,7 +609,7 @@ async fn daily_notes_overview_and_forget() {
             .exists()
     );
     assert_eq!(
-        manager.known_summary().unwrap(),
+        manager.known_summary().await.unwrap(),
         "I don't remember anything about you yet."
     );
 }
@@ -631,7 +635,7 @@ async fn the_overview_shows_the_profile_the_last_episodes_and_counts() {
         .extract_and_merge(&session_one(), "cli:direct", day_one())
         .await
         .unwrap();
-    insta::assert_snapshot!(manager.overview().unwrap().to_string(), @r"
+    insta::assert_snapshot!(manager.overview().await.unwrap().to_string(), @r"
     Memory of dana: 1 fact, 1 preference, 2 episodes, 0 notes (0 older entries in history)
 
     Facts:
@@ -645,7 +649,7 @@ async fn the_overview_shows_the_profile_the_last_episodes_and_counts() {
       - 2024-05-16 [task_result, importance 3] Split the FastAPI app into routers
     ");
     assert_eq!(
-        manager.known_summary().unwrap(),
+        manager.known_summary().await.unwrap(),
         "I remember 1 fact, 1 preference and 2 episodes about you."
     );
 }
@@ -653,7 +657,7 @@ async fn the_overview_shows_the_profile_the_last_episodes_and_counts() {
 #[tokio::test]
 async fn the_block_brings_back_relevant_and_recent_episodes_once_and_skips_trivia() {
     let world = World::new();
-    let add = |text: &str, importance: i64, hours_ago: i64| {
+    let add = async |text: &str, importance: i64, hours_ago: i64| {
         world
             .store
             .add(
@@ -662,14 +666,15 @@ async fn the_block_brings_back_relevant_and_recent_episodes_once_and_skips_trivi
                     .at(day_one() - SignedDuration::from_hours(hours_ago)),
                 "test",
             )
+            .await
             .unwrap();
     };
-    add("Moved the deploy pipeline to GitHub Actions", 4, 24 * 40);
-    add("Chatted about the weather before the deploy", 1, 1);
-    add("Reviewed the billing service pull request", 3, 2);
-    add("Fixed the flaky login test", 3, 3);
-    add("Upgraded PostgreSQL to 16", 3, 4);
-    add("Wrote the onboarding guide", 3, 5);
+    add("Moved the deploy pipeline to GitHub Actions", 4, 24 * 40).await;
+    add("Chatted about the weather before the deploy", 1, 1).await;
+    add("Reviewed the billing service pull request", 3, 2).await;
+    add("Fixed the flaky login test", 3, 3).await;
+    add("Upgraded PostgreSQL to 16", 3, 4).await;
+    add("Wrote the onboarding guide", 3, 5).await;
     let manager = world.manager(None, ManagerConfig::default());
     let block = manager
         .context_block("how does our deploy pipeline work again?", day_one())

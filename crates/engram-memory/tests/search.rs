@@ -5,7 +5,7 @@ use std::path::PathBuf;
 use std::sync::{Arc, OnceLock};
 
 use engram_core::{
-    AddOutcome, BlockingMemoryStore, Embedder, Filter, FixedClock, NewMemory, Scope, StoredVector,
+    AddOutcome, Embedder, Filter, FixedClock, MemoryStore, NewMemory, Scope, StoredVector,
 };
 use engram_embed::LocalEmbedder;
 use engram_memory::indexing::{add_with_vector, embed_pending};
@@ -39,14 +39,14 @@ fn now() -> Timestamp {
 
 struct Fixture {
     _dir: TempDir,
-    store: Arc<dyn BlockingMemoryStore>,
+    store: Arc<dyn MemoryStore>,
     searcher: Searcher,
 }
 
 fn fixture() -> Fixture {
     let dir = TempDir::new().unwrap();
     let clock = Arc::new(FixedClock::new(now()));
-    let store: Arc<dyn BlockingMemoryStore> = Arc::new(
+    let store: Arc<dyn MemoryStore> = Arc::new(
         SqliteStore::open_with(
             dir.path().join("engram.db"),
             StoreOptions {
@@ -215,6 +215,7 @@ async fn memories_added_without_a_model_are_embedded_later() {
     for text in ["learning to play the cello", "allergic to peanuts"] {
         f.store
             .add(NewMemory::new(Scope::user("u"), text), "test")
+            .await
             .unwrap();
     }
     // Nothing has a vector yet: search says so and stays lexical.
@@ -258,10 +259,12 @@ async fn vectors_of_another_model_are_never_mixed_in() {
             NewMemory::new(Scope::user("u"), "sailing on weekends"),
             "test",
         )
+        .await
         .unwrap();
     let pending = f
         .store
         .texts_without_vectors("other-model@1", None, 10)
+        .await
         .unwrap();
     let vectors = pending
         .into_iter()
@@ -271,7 +274,10 @@ async fn vectors_of_another_model_are_never_mixed_in() {
             truncated: false,
         })
         .collect();
-    f.store.put_vectors("other-model@1", 2, vectors).unwrap();
+    f.store
+        .put_vectors("other-model@1", 2, vectors)
+        .await
+        .unwrap();
     let request = SearchRequest {
         filter: Filter::user("u"),
         query: "sailing".into(),

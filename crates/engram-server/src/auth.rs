@@ -15,11 +15,12 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use axum::http::{HeaderMap, header};
-use engram_store_sqlite::tokens::{TokenStore, hash_token, hashes_match};
+use engram_core::store::tokens::TokenStore;
 use jiff::Timestamp;
 
 use crate::config::ConfigToken;
 use crate::error::{ApiError, ErrorCode};
+use crate::tokens::{hash_token, hashes_match, verify_token};
 
 /// How often a token's "last used" time is written, at most.
 const TOUCH_INTERVAL: Duration = Duration::from_secs(60);
@@ -76,7 +77,7 @@ impl Access {
     }
 }
 
-/// What was learnt from the database while its data version stood at `version`.
+/// What was learnt from the database while its change version stood at `version`.
 #[derive(Debug, Default)]
 struct Learnt {
     version: i64,
@@ -88,22 +89,33 @@ struct Learnt {
 
 /// Checks requests against the tokens in the database and in config.toml.
 ///
-/// What a check learns from the database is remembered for as long as the database's data
-/// version stands still (any commit by another connection moves it: a new or revoked token, but
-/// also any memory written), so most requests are answered without a database read and without
-/// leaving the async runtime ([`Authenticator::check_fast`]). Refusals are never remembered.
-#[derive(Debug)]
+/// What a check learns from the database is remembered for as long as the token store's change
+/// version stands still (it moves whenever a token may have changed, in any process: a new or
+/// revoked token, and on SQLite any commit at all), so most requests are answered without a
+/// database read ([`Authenticator::check_fast`]). Refusals are never remembered.
 pub struct Authenticator {
-    tokens: Arc<TokenStore>,
+    tokens: Arc<dyn TokenStore>,
     config_tokens: Vec<ConfigToken>,
     loopback: bool,
     last_touch: Mutex<HashMap<String, Instant>>,
     learnt: Mutex<Learnt>,
 }
 
+impl std::fmt::Debug for Authenticator {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Authenticator")
+            .field("loopback", &self.loopback)
+            .finish_non_exhaustive()
+    }
+}
+
 impl Authenticator {
     /// An authenticator for a server listening on a loopback address (`loopback`) or not.
-    pub fn new(tokens: Arc<TokenStore>, config_tokens: Vec<ConfigToken>, loopback: bool) -> Self {
+    pub fn new(
+        tokens: Arc<dyn TokenStore>,
+        config_tokens: Vec<ConfigToken>,
+        loopback: bool,
+    ) -> Self {
         Self {
             tokens,
             config_tokens,
@@ -117,21 +129,22 @@ impl Authenticator {
     }
 
     /// True when at least one token exists (in the database or the config).
-    pub fn tokens_configured(&self) -> Result<bool, ApiError> {
+    pub async fn tokens_configured(&self) -> Result<bool, ApiError> {
         if !self.config_tokens.is_empty() {
             return Ok(true);
         }
         self.tokens
             .active_count()
+            .await
             .map(|n| n > 0)
-            .map_err(|e| ApiError::internal(e.to_string()))
+            .map_err(ApiError::from)
     }
 
     /// Decides what a request may do from what earlier checks learnt, without touching the
-    /// database beyond a non-blocking look at its data version. `None` means "not known":
-    /// call [`Authenticator::check`] (on the blocking pool).
+    /// database beyond a non-blocking look at its change version. `None` means "not known":
+    /// call [`Authenticator::check`].
     pub fn check_fast(&self, headers: &HeaderMap) -> Option<Result<Access, ApiError>> {
-        let version = self.tokens.try_data_version()?;
+        let version = self.tokens.try_change_version()?;
         let learnt = self.learnt.lock().unwrap_or_else(|e| e.into_inner());
         if learnt.version != version {
             return None;
@@ -156,16 +169,13 @@ impl Authenticator {
         Some(Ok(access))
     }
 
-    /// Decides what a request with these headers may do. Blocks on database reads.
-    pub fn check(&self, headers: &HeaderMap) -> Result<Access, ApiError> {
+    /// Decides what a request with these headers may do, reading the database.
+    pub async fn check(&self, headers: &HeaderMap) -> Result<Access, ApiError> {
         // Read first: a change that lands meanwhile moves the version on, so what is learnt
         // here is never taken for newer than it is.
-        let version = self
-            .tokens
-            .data_version()
-            .map_err(|e| ApiError::internal(e.to_string()))?;
+        let version = self.tokens.change_version().await.map_err(ApiError::from)?;
         let Some(presented) = credential(headers) else {
-            let configured = self.tokens_configured()?;
+            let configured = self.tokens_configured().await?;
             self.learn(version, |l| l.configured = Some(configured));
             return self.anonymous(headers, configured);
         };
@@ -173,17 +183,16 @@ impl Authenticator {
         if let Some(access) = self.config_token(text) {
             return Ok(access);
         }
-        let token = self
-            .tokens
-            .verify(text)
-            .map_err(|e| ApiError::internal(e.to_string()))?
+        let token = verify_token(self.tokens.as_ref(), text)
+            .await
+            .map_err(ApiError::from)?
             .ok_or_else(|| {
                 ApiError::new(
                     ErrorCode::Unauthorized,
                     "the token is not valid (unknown, wrong or revoked)",
                 )
             })?;
-        self.touch(&token.id);
+        self.touch(&token.id).await;
         let access = Access::Token {
             id: token.id,
             users: token.users,
@@ -258,7 +267,7 @@ impl Authenticator {
     }
 
     /// Records use, at most once a minute per token; a failure only costs the timestamp.
-    fn touch(&self, id: &str) {
+    async fn touch(&self, id: &str) {
         {
             let mut last = self.last_touch.lock().unwrap_or_else(|e| e.into_inner());
             if last.get(id).is_some_and(|at| at.elapsed() < TOUCH_INTERVAL) {
@@ -266,7 +275,7 @@ impl Authenticator {
             }
             last.insert(id.to_string(), Instant::now());
         }
-        if let Err(e) = self.tokens.touch(id, Timestamp::now()) {
+        if let Err(e) = self.tokens.touch(id, Timestamp::now()).await {
             tracing::warn!(token = id, error = %e, "cannot record the token's last use");
         }
     }
@@ -339,14 +348,17 @@ pub fn is_local_host(host: &str) -> bool {
 mod tests {
     use super::*;
     use axum::http::HeaderValue;
+    use engram_store_sqlite::SqliteStore;
     use tempfile::TempDir;
+
+    use crate::tokens::create_token;
 
     fn setup(
         loopback: bool,
         config: Vec<ConfigToken>,
-    ) -> (TempDir, Arc<TokenStore>, Authenticator) {
+    ) -> (TempDir, Arc<SqliteStore>, Authenticator) {
         let dir = TempDir::new().unwrap();
-        let tokens = Arc::new(TokenStore::open(dir.path().join("engram.db")).unwrap());
+        let tokens = Arc::new(SqliteStore::open(dir.path().join("engram.db")).unwrap());
         let auth = Authenticator::new(tokens.clone(), config, loopback);
         (dir, tokens, auth)
     }
@@ -359,46 +371,57 @@ mod tests {
         map
     }
 
-    #[test]
-    fn local_requests_are_open_until_a_token_exists() {
+    #[tokio::test]
+    async fn local_requests_are_open_until_a_token_exists() {
         let (_dir, tokens, auth) = setup(true, vec![]);
         let local = headers(&[("host", "127.0.0.1:8420")]);
-        assert_eq!(auth.check(&local).unwrap(), Access::Local);
+        assert_eq!(auth.check(&local).await.unwrap(), Access::Local);
         let err = auth
             .check(&headers(&[("host", "evil.example:8420")]))
+            .await
             .unwrap_err();
         assert_eq!(err.code, ErrorCode::Forbidden);
 
-        let (token, text) = tokens
-            .create(None, &["alice".to_string()], Timestamp::now())
-            .unwrap();
+        let (token, text) = create_token(
+            tokens.as_ref(),
+            None,
+            &["alice".to_string()],
+            Timestamp::now(),
+        )
+        .await
+        .unwrap();
         assert_eq!(
-            auth.check(&local).unwrap_err().code,
+            auth.check(&local).await.unwrap_err().code,
             ErrorCode::Unauthorized
         );
         let with = headers(&[
             ("host", "127.0.0.1"),
             ("authorization", &format!("Bearer {text}")),
         ]);
-        let access = auth.check(&with).unwrap();
+        let access = auth.check(&with).await.unwrap();
         assert!(access.allows("alice") && !access.allows("bob"));
         assert_eq!(access.actor(), format!("api:{}", token.id));
         assert_eq!(access.default_user(), Some("alice"));
     }
 
-    #[test]
-    fn tokens_are_read_from_bearer_token_and_x_api_key_alike() {
+    #[tokio::test]
+    async fn tokens_are_read_from_bearer_token_and_x_api_key_alike() {
         let (_dir, tokens, auth) = setup(false, vec![]);
-        let (_, text) = tokens
-            .create(None, &["alice".to_string()], Timestamp::now())
-            .unwrap();
+        let (_, text) = create_token(
+            tokens.as_ref(),
+            None,
+            &["alice".to_string()],
+            Timestamp::now(),
+        )
+        .await
+        .unwrap();
         for (name, value) in [
             ("authorization", format!("Bearer {text}")),
             ("authorization", format!("Token {text}")),
             ("authorization", format!("token  {text} ")),
             ("x-api-key", text.clone()),
         ] {
-            let access = auth.check(&headers(&[(name, &value)])).unwrap();
+            let access = auth.check(&headers(&[(name, &value)])).await.unwrap();
             assert!(
                 access.allows("alice") && !access.allows("bob"),
                 "{name}: {value}"
@@ -406,30 +429,35 @@ mod tests {
         }
         let err = auth
             .check(&headers(&[("x-api-key", "engram_000_wrong")]))
+            .await
             .unwrap_err();
         assert_eq!(err.code, ErrorCode::Unauthorized);
     }
 
-    #[test]
-    fn beyond_loopback_a_token_is_always_needed() {
+    #[tokio::test]
+    async fn beyond_loopback_a_token_is_always_needed() {
         let (_dir, _tokens, auth) = setup(false, vec![]);
-        let err = auth.check(&headers(&[("host", "localhost")])).unwrap_err();
+        let err = auth
+            .check(&headers(&[("host", "localhost")]))
+            .await
+            .unwrap_err();
         assert_eq!(err.code, ErrorCode::Unauthorized);
     }
 
-    #[test]
-    fn wrong_and_malformed_tokens_are_refused_even_when_open() {
+    #[tokio::test]
+    async fn wrong_and_malformed_tokens_are_refused_even_when_open() {
         let (_dir, _tokens, auth) = setup(true, vec![]);
         for value in ["Bearer nope", "Basic abc", "Bearer", "engram_x", "Token  "] {
             let err = auth
                 .check(&headers(&[("host", "localhost"), ("authorization", value)]))
+                .await
                 .unwrap_err();
             assert_eq!(err.code, ErrorCode::Unauthorized, "{value}");
         }
     }
 
-    #[test]
-    fn config_tokens_are_matched_by_hash() {
+    #[tokio::test]
+    async fn config_tokens_are_matched_by_hash() {
         let text = "my-long-random-config-token";
         let config = vec![ConfigToken {
             name: Some("laptop".into()),
@@ -439,24 +467,30 @@ mod tests {
         let (_dir, _tokens, auth) = setup(false, config);
         let access = auth
             .check(&headers(&[("authorization", &format!("bearer {text}"))]))
+            .await
             .unwrap();
         assert_eq!(access.actor(), "api:config:laptop");
         assert!(access.allows("me"));
-        assert!(auth.tokens_configured().unwrap());
+        assert!(auth.tokens_configured().await.unwrap());
     }
 
-    #[test]
-    fn the_fast_path_answers_what_was_learnt_until_the_database_changes() {
+    #[tokio::test]
+    async fn the_fast_path_answers_what_was_learnt_until_the_database_changes() {
         let (_dir, tokens, auth) = setup(true, vec![]);
-        let (token, text) = tokens
-            .create(None, &["alice".to_string()], Timestamp::now())
-            .unwrap();
+        let (token, text) = create_token(
+            tokens.as_ref(),
+            None,
+            &["alice".to_string()],
+            Timestamp::now(),
+        )
+        .await
+        .unwrap();
         let bearer = format!("Bearer {text}");
         let with = headers(&[("host", "localhost"), ("authorization", &bearer)]);
         assert!(auth.check_fast(&with).is_none(), "nothing learnt yet");
-        auth.check(&with).unwrap();
+        auth.check(&with).await.unwrap();
         // Recording the token's use (another connection) moved the version: learn again.
-        auth.check(&with).unwrap();
+        auth.check(&with).await.unwrap();
         assert!(matches!(
             auth.check_fast(&with),
             Some(Ok(Access::Token { .. }))
@@ -464,16 +498,19 @@ mod tests {
         let anonymous = headers(&[("host", "localhost")]);
         assert!(auth.check_fast(&anonymous).is_none());
         assert_eq!(
-            auth.check(&anonymous).unwrap_err().code,
+            auth.check(&anonymous).await.unwrap_err().code,
             ErrorCode::Unauthorized
         );
         let fast = auth.check_fast(&anonymous).unwrap().unwrap_err();
         assert_eq!(fast.code, ErrorCode::Unauthorized);
         // A revocation by another connection is seen at once.
-        let other = TokenStore::open(tokens.path()).unwrap();
-        other.revoke(&token.id, Timestamp::now()).unwrap();
+        let other = SqliteStore::open(tokens.path()).unwrap();
+        other.revoke(&token.id, Timestamp::now()).await.unwrap();
         assert!(auth.check_fast(&with).is_none());
-        assert_eq!(auth.check(&with).unwrap_err().code, ErrorCode::Unauthorized);
+        assert_eq!(
+            auth.check(&with).await.unwrap_err().code,
+            ErrorCode::Unauthorized
+        );
         assert!(
             auth.check_fast(&with).is_none(),
             "refusals are not remembered"

@@ -215,7 +215,8 @@ impl From<StoreError> for ApiError {
             StoreError::Invalid(_) | StoreError::BadQuery(_) => ErrorCode::InvalidRequest,
             StoreError::Duplicate(_) => ErrorCode::Duplicate,
             StoreError::AlreadyClosed(_) => ErrorCode::AlreadyInvalidated,
-            StoreError::Busy(_) => ErrorCode::Busy,
+            // The database is away or locked: 503, try again.
+            StoreError::Busy(_) | StoreError::Unavailable { .. } => ErrorCode::Busy,
             StoreError::DiskFull => ErrorCode::StorageFull,
             _ => ErrorCode::Internal,
         };
@@ -252,6 +253,29 @@ impl IntoResponse for ApiError {
             _ => {}
         }
         response
+    }
+}
+
+impl From<engram_core::store::tokens::TokenError> for ApiError {
+    fn from(err: engram_core::store::tokens::TokenError) -> Self {
+        use engram_core::store::tokens::TokenError;
+        match err {
+            TokenError::Store(e) => ApiError::from(e),
+            TokenError::NotFound(_) => ApiError::new(ErrorCode::NotFound, err.to_string()),
+            TokenError::Invalid(message) => ApiError::invalid(message),
+            TokenError::Unreadable { .. } => ApiError::internal(err.to_string()),
+        }
+    }
+}
+
+impl From<engram_memory::SearchError> for ApiError {
+    fn from(err: engram_memory::SearchError) -> Self {
+        match err {
+            engram_memory::SearchError::Store(e) => ApiError::from(e),
+            engram_memory::SearchError::Embed(e) => {
+                ApiError::internal(format!("cannot embed the text: {e}"))
+            }
+        }
     }
 }
 

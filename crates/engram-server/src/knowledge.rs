@@ -1,4 +1,4 @@
-//! The knowledge graph behind the MCP graph tools: the graph tables of [`GraphStore`], plus one
+//! The knowledge graph behind the MCP graph tools: the graph of a [`GraphStore`], plus one
 //! memory per entity and per observation so that `search_nodes` ranks with the same search as
 //! every other memory (lexical today, hybrid once embeddings are on).
 //!
@@ -7,21 +7,16 @@
 //! text carries the entity's name (`Alice: lives in Berlin`), so a query naming the entity finds
 //! its observations. The graph tables stay the truth: a memory edited or deleted by hand only
 //! changes what search finds.
-//!
-//! Every method is synchronous and may block on the database; async callers run them on the
-//! blocking pool.
 
 use std::collections::HashMap;
 use std::sync::Arc;
 
-use engram_core::{
-    AddOutcome, BlockingMemoryStore, Filter, Kind, MemoryId, NewMemory, Scope, StoreError,
-};
-use engram_memory::{SearchRequest, Searcher};
-use engram_store_sqlite::graph::{
+use engram_core::store::graph::{
     Entity, GraphError, GraphLink, GraphStore, IndexTarget, KnowledgeGraph, ObservationDeletion,
     ObservationInput, ObservationsAdded, PendingIndex, Relation,
 };
+use engram_core::{AddOutcome, Filter, Kind, MemoryId, MemoryStore, NewMemory, Scope, StoreError};
+use engram_memory::{SearchRequest, Searcher};
 use jiff::Timestamp;
 
 use crate::error::{ApiError, ErrorCode};
@@ -54,8 +49,8 @@ impl From<GraphError> for ApiError {
 /// Knowledge graphs with ranked search.
 #[derive(Clone)]
 pub struct KnowledgeBase {
-    graph: Arc<GraphStore>,
-    store: Arc<dyn BlockingMemoryStore>,
+    graph: Arc<dyn GraphStore>,
+    store: Arc<dyn MemoryStore>,
     searcher: Searcher,
 }
 
@@ -82,8 +77,8 @@ fn observation_text(name: &str, content: &str) -> String {
 impl KnowledgeBase {
     /// A knowledge base over these stores; `searcher` must search `store`.
     pub fn new(
-        graph: Arc<GraphStore>,
-        store: Arc<dyn BlockingMemoryStore>,
+        graph: Arc<dyn GraphStore>,
+        store: Arc<dyn MemoryStore>,
         searcher: Searcher,
     ) -> Self {
         Self {
@@ -94,7 +89,7 @@ impl KnowledgeBase {
     }
 
     /// Creates the entities whose names are new (with their observations); returns them.
-    pub fn create_entities(
+    pub async fn create_entities(
         &self,
         user: &str,
         entities: &[Entity],
@@ -102,13 +97,14 @@ impl KnowledgeBase {
         check_user(user)?;
         let created = self
             .graph
-            .create_entities(user, entities, Timestamp::now())?;
-        self.index_pending(user)?;
+            .create_entities(user, entities, Timestamp::now())
+            .await?;
+        self.index_pending(user).await?;
         Ok(created)
     }
 
     /// Creates the relations that are new; returns them.
-    pub fn create_relations(
+    pub async fn create_relations(
         &self,
         user: &str,
         relations: &[Relation],
@@ -116,11 +112,12 @@ impl KnowledgeBase {
         check_user(user)?;
         Ok(self
             .graph
-            .create_relations(user, relations, Timestamp::now())?)
+            .create_relations(user, relations, Timestamp::now())
+            .await?)
     }
 
     /// Adds observations to existing entities; fails (adding nothing) if one is missing.
-    pub fn add_observations(
+    pub async fn add_observations(
         &self,
         user: &str,
         inputs: &[ObservationInput],
@@ -128,45 +125,54 @@ impl KnowledgeBase {
         check_user(user)?;
         let added = self
             .graph
-            .add_observations(user, inputs, Timestamp::now())?;
-        self.index_pending(user)?;
+            .add_observations(user, inputs, Timestamp::now())
+            .await?;
+        self.index_pending(user).await?;
         Ok(added)
     }
 
     /// Deletes entities with their observations and relations.
-    pub fn delete_entities(&self, user: &str, names: &[String]) -> Result<(), ApiError> {
+    pub async fn delete_entities(&self, user: &str, names: &[String]) -> Result<(), ApiError> {
         check_user(user)?;
-        let orphaned = self.graph.delete_entities(user, names)?;
-        self.forget(&orphaned)
+        let orphaned = self.graph.delete_entities(user, names).await?;
+        self.forget(&orphaned).await
     }
 
     /// Deletes observations from entities.
-    pub fn delete_observations(
+    pub async fn delete_observations(
         &self,
         user: &str,
         deletions: &[ObservationDeletion],
     ) -> Result<(), ApiError> {
         check_user(user)?;
-        let orphaned = self.graph.delete_observations(user, deletions)?;
-        self.forget(&orphaned)
+        let orphaned = self.graph.delete_observations(user, deletions).await?;
+        self.forget(&orphaned).await
     }
 
     /// Deletes relations.
-    pub fn delete_relations(&self, user: &str, relations: &[Relation]) -> Result<(), ApiError> {
+    pub async fn delete_relations(
+        &self,
+        user: &str,
+        relations: &[Relation],
+    ) -> Result<(), ApiError> {
         check_user(user)?;
-        Ok(self.graph.delete_relations(user, relations)?)
+        Ok(self.graph.delete_relations(user, relations).await?)
     }
 
     /// The user's whole graph.
-    pub fn read_graph(&self, user: &str) -> Result<KnowledgeGraph, ApiError> {
+    pub async fn read_graph(&self, user: &str) -> Result<KnowledgeGraph, ApiError> {
         check_user(user)?;
-        Ok(self.graph.read_graph(user)?)
+        Ok(self.graph.read_graph(user).await?)
     }
 
     /// The named entities and the relations touching them.
-    pub fn open_nodes(&self, user: &str, names: &[String]) -> Result<KnowledgeGraph, ApiError> {
+    pub async fn open_nodes(
+        &self,
+        user: &str,
+        names: &[String],
+    ) -> Result<KnowledgeGraph, ApiError> {
         check_user(user)?;
-        Ok(self.graph.open_nodes(user, names)?)
+        Ok(self.graph.open_nodes(user, names).await?)
     }
 
     /// The entities that best match `query`, best first, and the relations touching them.
@@ -174,7 +180,7 @@ impl KnowledgeBase {
     /// Entities, their types and their observations are ranked by the memory search. Each
     /// entity comes with the observations that matched, best first; an entity found only by its
     /// name or type comes with all of its observations (as `open_nodes` gives them).
-    pub fn search_nodes(
+    pub async fn search_nodes(
         &self,
         user: &str,
         query: &str,
@@ -183,7 +189,7 @@ impl KnowledgeBase {
         check_user(user)?;
         let limit = limit.clamp(1, MAX_SEARCH_ENTITIES);
         // Rows another process left unindexed would otherwise be invisible to search.
-        self.index_pending(user)?;
+        self.index_pending(user).await?;
         let request = SearchRequest {
             filter: Filter {
                 categories: vec![
@@ -195,14 +201,14 @@ impl KnowledgeBase {
             query: query.to_string(),
             limit: limit * HITS_PER_ENTITY,
         };
-        let hits = match crate::bridge::search(&self.searcher, &request) {
+        let hits = match self.searcher.search(&request).await.map_err(ApiError::from) {
             Ok(results) => results.hits,
             // A query without searchable words matches nothing, as a search for "?" would.
             Err(e) if e.code == ErrorCode::InvalidRequest => Vec::new(),
             Err(e) => return Err(e),
         };
         let ids: Vec<MemoryId> = hits.iter().map(|h| h.memory.id).collect();
-        let links = self.graph.links(user, &ids)?;
+        let links = self.graph.links(user, &ids).await?;
 
         // Entities in order of their best hit, each with what matched.
         let mut order: Vec<String> = Vec::new();
@@ -226,7 +232,7 @@ impl KnowledgeBase {
                 Some(_) => {}
             }
         }
-        let full = self.graph.open_nodes(user, &order)?;
+        let full = self.graph.open_nodes(user, &order).await?;
         let mut entities = Vec::with_capacity(full.entities.len());
         for mut entity in full.entities {
             if let Some((_, observations)) = matched.remove(&entity.name)
@@ -244,14 +250,20 @@ impl KnowledgeBase {
 
     /// Writes the search memories of rows that have none yet. Each round makes progress or
     /// stops, so a row that cannot be indexed never loops forever.
-    pub fn index_pending(&self, user: &str) -> Result<(), ApiError> {
+    pub async fn index_pending(&self, user: &str) -> Result<(), ApiError> {
         loop {
-            let pending = self.graph.pending_index(user, INDEX_BATCH)?;
+            let pending = self.graph.pending_index(user, INDEX_BATCH).await?;
             if pending.is_empty() {
                 return Ok(());
             }
             let memories: Vec<NewMemory> = pending.iter().map(|p| memory_for(user, p)).collect();
-            let outcomes = crate::bridge::add_many(&self.store, &self.searcher, memories, ACTOR)?;
+            let outcomes = engram_memory::indexing::add_many_with_vectors(
+                &self.store,
+                self.searcher.embedder(),
+                memories,
+                ACTOR,
+            )
+            .await?;
             let mut links = Vec::with_capacity(pending.len());
             for (row, outcome) in pending.iter().zip(outcomes) {
                 match outcome {
@@ -265,8 +277,8 @@ impl KnowledgeBase {
             if links.is_empty() {
                 return Ok(());
             }
-            let orphaned = self.graph.set_index(&links)?;
-            self.forget(&orphaned)?;
+            let orphaned = self.graph.set_index(&links).await?;
+            self.forget(&orphaned).await?;
             if pending.len() < INDEX_BATCH {
                 return Ok(());
             }
@@ -275,9 +287,9 @@ impl KnowledgeBase {
 
     /// Deletes search memories whose graph rows are gone, leaving alone any memory that is not
     /// a graph memory (an observation may share its text with a memory added by other means).
-    fn forget(&self, ids: &[MemoryId]) -> Result<(), ApiError> {
+    async fn forget(&self, ids: &[MemoryId]) -> Result<(), ApiError> {
         for id in ids {
-            let memory = match self.store.get(*id) {
+            let memory = match self.store.get(*id).await {
                 Ok(memory) => memory,
                 Err(StoreError::NotFound(_)) => continue,
                 Err(e) => return Err(e.into()),
@@ -289,7 +301,7 @@ impl KnowledgeBase {
             if !is_graph {
                 continue;
             }
-            match self.store.delete(*id, ACTOR) {
+            match self.store.delete(*id, ACTOR).await {
                 Ok(_) | Err(StoreError::NotFound(_)) => {}
                 Err(e) => return Err(e.into()),
             }
@@ -337,8 +349,7 @@ mod tests {
         let dir = TempDir::new().unwrap();
         let path = dir.path().join("engram.db");
         let store = Arc::new(SqliteStore::open(&path).unwrap());
-        let graph = Arc::new(GraphStore::open(&path).unwrap());
-        let base = KnowledgeBase::new(graph, store.clone(), Searcher::new(store.clone()));
+        let base = KnowledgeBase::new(store.clone(), store.clone(), Searcher::new(store.clone()));
         (dir, base, store)
     }
 
@@ -350,8 +361,8 @@ mod tests {
         }
     }
 
-    #[test]
-    fn search_ranks_entities_and_keeps_matching_observations() {
+    #[tokio::test]
+    async fn search_ranks_entities_and_keeps_matching_observations() {
         let (_dir, kb, _store) = base();
         kb.create_entities(
             "u",
@@ -365,6 +376,7 @@ mod tests {
                 entity("Berlin", "city", &[]),
             ],
         )
+        .await
         .unwrap();
         kb.create_relations(
             "u",
@@ -374,41 +386,50 @@ mod tests {
                 relation_type: "knows".into(),
             }],
         )
+        .await
         .unwrap();
 
-        let found = kb.search_nodes("u", "who drinks coffee", 10).unwrap();
+        let found = kb.search_nodes("u", "who drinks coffee", 10).await.unwrap();
         assert_eq!(found.entities[0].name, "Bob");
         assert_eq!(found.entities[0].observations, vec!["likes coffee"]);
         assert_eq!(found.relations.len(), 1);
 
         // Found by name only: every observation comes along.
-        let found = kb.search_nodes("u", "Alice", 10).unwrap();
+        let found = kb.search_nodes("u", "Alice", 10).await.unwrap();
         assert_eq!(found.entities[0].name, "Alice");
         assert_eq!(found.entities[0].observations.len(), 3);
 
         // Found by type.
-        let found = kb.search_nodes("u", "city", 10).unwrap();
+        let found = kb.search_nodes("u", "city", 10).await.unwrap();
         assert_eq!(found.entities[0].name, "Berlin");
 
-        assert!(kb.search_nodes("u", "???", 10).unwrap().entities.is_empty());
+        assert!(
+            kb.search_nodes("u", "???", 10)
+                .await
+                .unwrap()
+                .entities
+                .is_empty()
+        );
         assert!(
             kb.search_nodes("other", "coffee", 10)
+                .await
                 .unwrap()
                 .entities
                 .is_empty()
         );
     }
 
-    #[test]
-    fn deleting_removes_the_search_memories_too() {
+    #[tokio::test]
+    async fn deleting_removes_the_search_memories_too() {
         let (_dir, kb, store) = base();
         kb.create_entities("u", &[entity("Alice", "person", &["likes tea"])])
+            .await
             .unwrap();
         let all = Filter {
             include_closed: true,
             ..Filter::user("u")
         };
-        assert_eq!(store.count(&all).unwrap(), 2);
+        assert_eq!(store.count(&all).await.unwrap(), 2);
         kb.delete_observations(
             "u",
             &[ObservationDeletion {
@@ -416,43 +437,53 @@ mod tests {
                 observations: vec!["likes tea".into()],
             }],
         )
+        .await
         .unwrap();
-        assert_eq!(store.count(&all).unwrap(), 1);
-        kb.delete_entities("u", &["Alice".into()]).unwrap();
-        assert_eq!(store.count(&all).unwrap(), 0);
-        assert!(kb.search_nodes("u", "tea", 10).unwrap().entities.is_empty());
+        assert_eq!(store.count(&all).await.unwrap(), 1);
+        kb.delete_entities("u", &["Alice".into()]).await.unwrap();
+        assert_eq!(store.count(&all).await.unwrap(), 0);
+        assert!(
+            kb.search_nodes("u", "tea", 10)
+                .await
+                .unwrap()
+                .entities
+                .is_empty()
+        );
     }
 
-    #[test]
-    fn a_user_memory_with_the_same_text_survives_graph_deletes() {
+    #[tokio::test]
+    async fn a_user_memory_with_the_same_text_survives_graph_deletes() {
         let (_dir, kb, store) = base();
         store
             .add(NewMemory::new(Scope::user("u"), "Alice: likes tea"), "cli")
+            .await
             .unwrap();
         kb.create_entities("u", &[entity("Alice", "person", &["likes tea"])])
+            .await
             .unwrap();
-        kb.delete_entities("u", &["Alice".into()]).unwrap();
-        assert_eq!(store.count(&Filter::user("u")).unwrap(), 1);
+        kb.delete_entities("u", &["Alice".into()]).await.unwrap();
+        assert_eq!(store.count(&Filter::user("u")).await.unwrap(), 1);
     }
 
-    #[test]
-    fn rows_left_unindexed_are_indexed_on_the_next_search() {
+    #[tokio::test]
+    async fn rows_left_unindexed_are_indexed_on_the_next_search() {
         let (dir, kb, _store) = base();
         // Another process wrote graph rows and died before writing their memories.
-        let other = GraphStore::open(dir.path().join("engram.db")).unwrap();
+        let other = SqliteStore::open(dir.path().join("engram.db")).unwrap();
         other
             .create_entities(
                 "u",
                 &[entity("Carol", "person", &["plays the cello"])],
                 Timestamp::now(),
             )
+            .await
             .unwrap();
-        let found = kb.search_nodes("u", "cello", 5).unwrap();
+        let found = kb.search_nodes("u", "cello", 5).await.unwrap();
         assert_eq!(found.entities[0].name, "Carol");
     }
 
-    #[test]
-    fn observations_for_missing_entities_are_not_found() {
+    #[tokio::test]
+    async fn observations_for_missing_entities_are_not_found() {
         let (_dir, kb, _store) = base();
         let err = kb
             .add_observations(
@@ -462,6 +493,7 @@ mod tests {
                     contents: vec!["x".into()],
                 }],
             )
+            .await
             .unwrap_err();
         assert_eq!(err.code, ErrorCode::NotFound);
         assert_eq!(err.message, "Entity with name Nobody not found");

@@ -12,12 +12,14 @@
 //! - [`serve`]: binding, the loopback rule, graceful shutdown; [`connections`]: timeouts for
 //!   clients that stall and the connection cap.
 //!
-//! Store calls are blocking SQLite work; [`service::MemoryService`] runs them on the blocking
-//! pool, a bounded number at a time, so the async runtime never stalls.
+//! - [`tokens`]: making API tokens and checking their text (hashes compared in constant time).
+//!
+//! The stores come from the program's composition root as an [`engram_core::Backend`]; every
+//! store call is awaited (an engine that blocks moves its work off the async runtime itself),
+//! and [`service::MemoryService`] bounds how many run at once.
 
 pub mod api;
 pub mod auth;
-pub mod bridge;
 pub mod config;
 pub mod connections;
 pub mod error;
@@ -29,6 +31,7 @@ pub mod mem0;
 pub mod openapi;
 pub mod serve;
 pub mod service;
+pub mod tokens;
 pub mod ui;
 
 pub use error::{ApiError, ErrorCode};

@@ -1,18 +1,17 @@
-//! Putting it together: open the stores, check where we may listen, serve until told to stop.
+//! Putting it together: the stores the program opened, where we may listen, serving until told
+//! to stop.
 
 use std::future::Future;
 use std::net::SocketAddr;
-use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
 
 use axum::Router;
-use engram_core::BlockingMemoryStore;
+use engram_core::store::graph::GraphStore;
+use engram_core::store::tokens::TokenStore;
+use engram_core::{Backend, MemoryStore};
 use engram_memory::Searcher;
 use engram_memory::session::SessionStore;
-use engram_store_sqlite::graph::GraphStore;
-use engram_store_sqlite::tokens::TokenStore;
-use engram_store_sqlite::{SqliteStore, StoreOptions};
 use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
 
@@ -51,17 +50,17 @@ pub enum ServeError {
     Io(#[from] std::io::Error),
 }
 
-/// The stores a server works on, all on one database file.
+/// The stores a server works on, all of one backend.
 #[derive(Clone)]
 pub struct Stores {
     /// The memories.
-    pub memories: Arc<dyn BlockingMemoryStore>,
+    pub memories: Arc<dyn MemoryStore>,
     /// How to search them (the CLI builds it, lexical or hybrid).
     pub searcher: Searcher,
     /// The API tokens.
-    pub tokens: Arc<TokenStore>,
+    pub tokens: Arc<dyn TokenStore>,
     /// The knowledge graphs.
-    pub graph: Arc<GraphStore>,
+    pub graph: Arc<dyn GraphStore>,
 }
 
 impl std::fmt::Debug for Stores {
@@ -71,22 +70,19 @@ impl std::fmt::Debug for Stores {
 }
 
 impl Stores {
-    /// Opens every store of the database at `path`, searching with the plain (lexical)
-    /// searcher. Callers that configure hybrid search build [`Stores`] themselves.
-    pub fn open(path: &Path) -> Result<Self, ServeError> {
-        let store = Arc::new(
-            SqliteStore::open_with(path, StoreOptions::default())
-                .map_err(|e| ServeError::Store(e.to_string()))?,
-        );
-        let tokens =
-            Arc::new(TokenStore::open(path).map_err(|e| ServeError::Store(e.to_string()))?);
-        let graph = Arc::new(GraphStore::open(path).map_err(|e| ServeError::Store(e.to_string()))?);
-        Ok(Self {
-            searcher: Searcher::new(store.clone()),
-            memories: store,
-            tokens,
-            graph,
-        })
+    /// The stores of `backend`, searched by `searcher` (which must search its memories).
+    pub fn new(backend: &Backend, searcher: Searcher) -> Self {
+        Self {
+            memories: backend.memories.clone(),
+            searcher,
+            tokens: backend.tokens.clone(),
+            graph: backend.graph.clone(),
+        }
+    }
+
+    /// The stores of `backend`, searched by the plain (lexical) searcher.
+    pub fn lexical(backend: &Backend) -> Self {
+        Self::new(backend, Searcher::new(backend.memories.clone()))
     }
 
     /// The memory service over these stores.
@@ -158,10 +154,9 @@ impl Server {
             loopback,
         ));
         if !loopback {
-            let auth = auth.clone();
-            let configured = tokio::task::spawn_blocking(move || auth.tokens_configured())
+            let configured = auth
+                .tokens_configured()
                 .await
-                .map_err(|e| ServeError::Store(e.to_string()))?
                 .map_err(|e| ServeError::Store(e.message))?;
             if !configured {
                 return Err(ServeError::NoTokens(options.listen));

@@ -1,5 +1,5 @@
-//! What the REST API and the MCP tools both do: memory operations with access checks, run on
-//! the blocking pool so SQLite never stalls the async runtime.
+//! What the REST API and the MCP tools both do: memory operations with access checks, a
+//! bounded number at a time.
 //!
 //! A memory another user owns is reported exactly as a memory that does not exist; only
 //! operations that name a user outright (add, search, list, export) answer 403 for users the
@@ -9,19 +9,19 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use engram_core::store::MemoryPatch;
+use engram_core::store::tokens::TokenStore;
 use engram_core::{
-    AddOutcome, BlockingMemoryStore, ChatModel, DayCount, Filter, HistoryEvent, Memory, MemoryId,
-    Message, NewMemory, Scope, StoreError, UserCount,
+    AddOutcome, ChatModel, DayCount, Filter, HistoryEvent, Memory, MemoryId, MemoryStore, Message,
+    NewMemory, Scope, StoreError, UserCount,
 };
 use engram_memory::manager::{ExtractionReport, ManagerConfig, MemoryError, MemoryManager};
 use engram_memory::session::{SessionInfo, SessionKey, SessionLog, SessionStore};
 use engram_memory::{SearchRequest, SearchResults, Searcher};
-use engram_store_sqlite::tokens::TokenStore;
 use engram_workspace::Workspace;
 use jiff::Timestamp;
 use jiff::tz::TimeZone;
 use serde::Serialize;
-use tokio::sync::{Semaphore, mpsc};
+use tokio::sync::{OwnedSemaphorePermit, Semaphore, mpsc};
 
 use crate::auth::Access;
 use crate::error::{ApiError, ErrorCode};
@@ -33,9 +33,9 @@ const EXPORT_BUFFER_LINES: usize = 256;
 /// The memory operations, shared by the REST API and the MCP server. Cheap to clone.
 #[derive(Clone)]
 pub struct MemoryService {
-    store: Arc<dyn BlockingMemoryStore>,
+    store: Arc<dyn MemoryStore>,
     searcher: Searcher,
-    tokens: Arc<TokenStore>,
+    tokens: Arc<dyn TokenStore>,
     knowledge: KnowledgeBase,
     gate: Arc<Semaphore>,
     extraction: Option<Arc<Extraction>>,
@@ -90,7 +90,7 @@ pub struct SessionSummary {
 }
 
 /// How many store operations may run at once: enough to keep every core busy, few enough that
-/// each has a pooled read connection.
+/// each has a pooled connection.
 pub fn default_concurrency() -> usize {
     let cores = std::thread::available_parallelism().map_or(2, |n| n.get());
     (cores * 2).clamp(2, 8)
@@ -100,9 +100,9 @@ impl MemoryService {
     /// A service over these parts; `searcher` must search `store`, and `tokens` and
     /// `knowledge` must use the same database.
     pub fn new(
-        store: Arc<dyn BlockingMemoryStore>,
+        store: Arc<dyn MemoryStore>,
         searcher: Searcher,
-        tokens: Arc<TokenStore>,
+        tokens: Arc<dyn TokenStore>,
         knowledge: KnowledgeBase,
         concurrency: usize,
     ) -> Self {
@@ -173,38 +173,31 @@ impl MemoryService {
     }
 
     /// The token store (for authentication).
-    pub fn tokens(&self) -> &Arc<TokenStore> {
+    pub fn tokens(&self) -> &Arc<dyn TokenStore> {
         &self.tokens
     }
 
-    /// Runs blocking work on the blocking pool, at most `concurrency` at a time.
-    pub async fn run<T, F>(&self, work: F) -> Result<T, ApiError>
-    where
-        T: Send + 'static,
-        F: FnOnce(&MemoryService) -> Result<T, ApiError> + Send + 'static,
-    {
-        let permit = self
-            .gate
+    /// Waits for a turn: at most `concurrency` store operations run at once; the permit is
+    /// held until dropped.
+    pub async fn permit(&self) -> Result<OwnedSemaphorePermit, ApiError> {
+        self.gate
             .clone()
             .acquire_owned()
             .await
-            .map_err(|_| ApiError::internal("the server is shutting down"))?;
-        let service = self.clone();
-        tokio::task::spawn_blocking(move || {
-            // Held until the work is done, even if the request that asked for it went away.
-            let _permit = permit;
-            work(&service)
-        })
-        .await
-        .map_err(|e| ApiError::internal(format!("a storage task failed: {e}")))?
+            .map_err(|_| ApiError::internal("the server is shutting down"))
     }
 
     /// Stores one memory for a user the caller may touch.
     pub async fn add(&self, access: &Access, memory: NewMemory) -> Result<AddOutcome, ApiError> {
         access.require(&memory.scope.user_id)?;
-        let actor = access.actor();
-        self.run(move |s| crate::bridge::add(&s.store, &s.searcher, memory, &actor))
-            .await
+        let _permit = self.permit().await?;
+        Ok(engram_memory::indexing::add_with_vector(
+            &self.store,
+            self.searcher.embedder(),
+            memory,
+            &access.actor(),
+        )
+        .await?)
     }
 
     /// Stores many memories in one transaction; each gets its own outcome.
@@ -216,9 +209,14 @@ impl MemoryService {
         for memory in &memories {
             access.require(&memory.scope.user_id)?;
         }
-        let actor = access.actor();
-        self.run(move |s| crate::bridge::add_many(&s.store, &s.searcher, memories, &actor))
-            .await
+        let _permit = self.permit().await?;
+        Ok(engram_memory::indexing::add_many_with_vectors(
+            &self.store,
+            self.searcher.embedder(),
+            memories,
+            &access.actor(),
+        )
+        .await?)
     }
 
     /// Ranked search in one user's memories.
@@ -228,8 +226,8 @@ impl MemoryService {
         request: SearchRequest,
     ) -> Result<SearchResults, ApiError> {
         access.require(&request.filter.user_id)?;
-        self.run(move |s| crate::bridge::search(&s.searcher, &request))
-            .await
+        let _permit = self.permit().await?;
+        Ok(self.searcher.search(&request).await?)
     }
 
     /// One user's memories, newest first.
@@ -241,26 +239,28 @@ impl MemoryService {
         offset: usize,
     ) -> Result<Vec<Memory>, ApiError> {
         access.require(&filter.user_id)?;
-        self.run(move |s| Ok(s.store.list(&filter, limit, offset)?))
-            .await
+        let _permit = self.permit().await?;
+        Ok(self.store.list(&filter, limit, offset).await?)
     }
 
     /// How many of one user's memories match the filter.
     pub async fn count(&self, access: &Access, filter: Filter) -> Result<u64, ApiError> {
         access.require(&filter.user_id)?;
-        self.run(move |s| Ok(s.store.count(&filter)?)).await
+        let _permit = self.permit().await?;
+        Ok(self.store.count(&filter).await?)
     }
 
     /// Erases every memory of a user and their history, for good; gives how many memories.
     pub async fn forget(&self, access: &Access, user_id: String) -> Result<u64, ApiError> {
         access.require(&user_id)?;
-        self.run(move |s| Ok(s.store.forget_user(&user_id)?)).await
+        let _permit = self.permit().await?;
+        Ok(self.store.forget_user(&user_id).await?)
     }
 
     /// A memory the caller may see.
     pub async fn get(&self, access: &Access, id: MemoryId) -> Result<Memory, ApiError> {
-        let access = access.clone();
-        self.run(move |s| s.visible(&access, id)).await
+        let _permit = self.permit().await?;
+        self.visible(access, id).await
     }
 
     /// Changes a memory the caller may see.
@@ -270,32 +270,23 @@ impl MemoryService {
         id: MemoryId,
         patch: MemoryPatch,
     ) -> Result<Memory, ApiError> {
-        let access = access.clone();
-        self.run(move |s| {
-            s.visible(&access, id)?;
-            Ok(s.store.update(id, patch, &access.actor())?)
-        })
-        .await
+        let _permit = self.permit().await?;
+        self.visible(access, id).await?;
+        Ok(self.store.update(id, patch, &access.actor()).await?)
     }
 
     /// Closes a memory the caller may see.
     pub async fn invalidate(&self, access: &Access, id: MemoryId) -> Result<Memory, ApiError> {
-        let access = access.clone();
-        self.run(move |s| {
-            s.visible(&access, id)?;
-            Ok(s.store.invalidate(id, &access.actor())?)
-        })
-        .await
+        let _permit = self.permit().await?;
+        self.visible(access, id).await?;
+        Ok(self.store.invalidate(id, &access.actor()).await?)
     }
 
     /// Deletes a memory the caller may see.
     pub async fn delete(&self, access: &Access, id: MemoryId) -> Result<Memory, ApiError> {
-        let access = access.clone();
-        self.run(move |s| {
-            s.visible(&access, id)?;
-            Ok(s.store.delete(id, &access.actor())?)
-        })
-        .await
+        let _permit = self.permit().await?;
+        self.visible(access, id).await?;
+        Ok(self.store.delete(id, &access.actor()).await?)
     }
 
     /// The audit trail of a memory the caller may see (deleted ones included).
@@ -304,18 +295,11 @@ impl MemoryService {
         access: &Access,
         id: MemoryId,
     ) -> Result<Vec<HistoryEvent>, ApiError> {
-        let access = access.clone();
-        self.run(move |s| {
-            let owner = s
-                .tokens
-                .memory_owner(id)
-                .map_err(|e| ApiError::internal(e.to_string()))?;
-            match owner {
-                Some(owner) if access.allows(&owner) => Ok(s.store.history(id)?),
-                _ => Err(ApiError::memory_not_found(id)),
-            }
-        })
-        .await
+        let _permit = self.permit().await?;
+        match self.store.owner(id).await? {
+            Some(owner) if access.allows(&owner) => Ok(self.store.history(id).await?),
+            _ => Err(ApiError::memory_not_found(id)),
+        }
     }
 
     /// Streams a user's memories as JSONL lines (the format of `engram export`), oldest first.
@@ -329,26 +313,42 @@ impl MemoryService {
         let (sender, receiver) = mpsc::channel(EXPORT_BUFFER_LINES);
         let service = self.clone();
         tokio::spawn(async move {
-            let failure_sender = sender.clone();
-            let result = service
-                .run(move |s| {
-                    let mut sink = |memory: Memory| {
-                        let mut line = serde_json::to_vec(&memory)
-                            .map_err(|e| StoreError::Backend(e.to_string()))?;
-                        line.push(b'\n');
-                        sender
-                            .blocking_send(Ok(line))
-                            .map_err(|_| StoreError::Backend("the client went away".to_string()))
-                    };
-                    Ok(s.store.export(&user_id, &mut sink)?)
-                })
-                .await;
-            if let Err(e) = result {
+            if let Err(e) = service.export_to(&user_id, &sender).await {
                 tracing::warn!(error = %e, "export stopped");
-                let _ = failure_sender.send(Err(e)).await;
+                let _ = sender.send(Err(e)).await;
             }
         });
         Ok(receiver)
+    }
+
+    /// Sends a user's memories to `sender`, a page at a time; stops when the receiver goes.
+    async fn export_to(
+        &self,
+        user_id: &str,
+        sender: &mpsc::Sender<Result<Vec<u8>, ApiError>>,
+    ) -> Result<(), ApiError> {
+        let mut after = None;
+        loop {
+            let page = {
+                let _permit = self.permit().await?;
+                self.store
+                    .export_page(user_id, after, engram_core::store::EXPORT_PAGE)
+                    .await?
+            };
+            let full = page.len() == engram_core::store::EXPORT_PAGE;
+            for memory in page {
+                after = Some(engram_core::ExportCursor::after(&memory));
+                let mut line = serde_json::to_vec(&memory)
+                    .map_err(|e| ApiError::internal(format!("cannot write a memory: {e}")))?;
+                line.push(b'\n');
+                if sender.send(Ok(line)).await.is_err() {
+                    return Ok(()); // the client went away
+                }
+            }
+            if !full {
+                return Ok(());
+            }
+        }
     }
 
     /// The sessions a user's memories belong to, most recent first.
@@ -358,9 +358,10 @@ impl MemoryService {
         user_id: String,
     ) -> Result<Vec<SessionSummary>, ApiError> {
         access.require(&user_id)?;
-        self.run(move |s| {
-            let mut sessions: BTreeMap<String, SessionSummary> = BTreeMap::new();
-            s.store.export(&user_id, &mut |memory| {
+        let _permit = self.permit().await?;
+        let mut sessions: BTreeMap<String, SessionSummary> = BTreeMap::new();
+        self.store
+            .export(&user_id, &mut |memory| {
                 if let Some(session) = &memory.scope.session_id {
                     let entry = sessions
                         .entry(session.clone())
@@ -378,36 +379,35 @@ impl MemoryService {
                     entry.last_at = entry.last_at.max(memory.created_at);
                 }
                 Ok(())
-            })?;
-            for info in s.user_transcripts(&user_id)? {
-                let (Some(first), Some(last)) = (info.created_at, info.updated_at) else {
-                    continue;
-                };
-                let entry = sessions
-                    .entry(info.key.as_str().to_string())
-                    .or_insert_with(|| SessionSummary {
-                        session_id: info.key.as_str().to_string(),
-                        user_id: user_id.clone(),
-                        memories: 0,
-                        messages: 0,
-                        transcript: true,
-                        first_at: first,
-                        last_at: last,
-                    });
-                entry.transcript = true;
-                entry.messages = info.messages as u64;
-                entry.first_at = entry.first_at.min(first);
-                entry.last_at = entry.last_at.max(last);
-            }
-            let mut list: Vec<SessionSummary> = sessions.into_values().collect();
-            list.sort_by(|a, b| {
-                b.last_at
-                    .cmp(&a.last_at)
-                    .then(a.session_id.cmp(&b.session_id))
-            });
-            Ok(list)
-        })
-        .await
+            })
+            .await?;
+        for info in self.user_transcripts(&user_id).await? {
+            let (Some(first), Some(last)) = (info.created_at, info.updated_at) else {
+                continue;
+            };
+            let entry = sessions
+                .entry(info.key.as_str().to_string())
+                .or_insert_with(|| SessionSummary {
+                    session_id: info.key.as_str().to_string(),
+                    user_id: user_id.clone(),
+                    memories: 0,
+                    messages: 0,
+                    transcript: true,
+                    first_at: first,
+                    last_at: last,
+                });
+            entry.transcript = true;
+            entry.messages = info.messages as u64;
+            entry.first_at = entry.first_at.min(first);
+            entry.last_at = entry.last_at.max(last);
+        }
+        let mut list: Vec<SessionSummary> = sessions.into_values().collect();
+        list.sort_by(|a, b| {
+            b.last_at
+                .cmp(&a.last_at)
+                .then(a.session_id.cmp(&b.session_id))
+        });
+        Ok(list)
     }
 
     /// The transcript of one of a user's conversations; `None` when the agent kept none for
@@ -419,29 +419,23 @@ impl MemoryService {
         key: String,
     ) -> Result<Option<SessionLog>, ApiError> {
         access.require(&user_id)?;
-        self.run(move |s| {
-            let Some(store) = &s.transcripts else {
-                return Ok(None);
-            };
-            let Ok(key) = SessionKey::parse(&key) else {
-                return Ok(None);
-            };
-            let log = store
-                .load(&key)
-                .map_err(|e| ApiError::internal(e.to_string()))?;
-            Ok(log.filter(|log| log.user() == Some(user_id.as_str())))
-        })
-        .await
+        let Some(store) = self.transcripts.clone() else {
+            return Ok(None);
+        };
+        let Ok(key) = SessionKey::parse(&key) else {
+            return Ok(None);
+        };
+        let log = read_sessions(move || store.load(&key)).await?;
+        Ok(log.filter(|log| log.user() == Some(user_id.as_str())))
     }
 
-    /// The user's conversations the agent kept (blocking).
-    fn user_transcripts(&self, user_id: &str) -> Result<Vec<SessionInfo>, ApiError> {
-        let Some(store) = &self.transcripts else {
+    /// The user's conversations the agent kept.
+    async fn user_transcripts(&self, user_id: &str) -> Result<Vec<SessionInfo>, ApiError> {
+        let Some(store) = self.transcripts.clone() else {
             return Ok(Vec::new());
         };
-        Ok(store
-            .list()
-            .map_err(|e| ApiError::internal(e.to_string()))?
+        Ok(read_sessions(move || store.list())
+            .await?
             .into_iter()
             .filter(|info| info.user.as_deref() == Some(user_id))
             .collect())
@@ -450,24 +444,24 @@ impl MemoryService {
     /// The users the caller may see, with how many memories each has: every user with
     /// memories for a local caller, the token's own users (with none or some) otherwise.
     pub async fn users(&self, access: &Access) -> Result<Vec<UserCount>, ApiError> {
-        let access = access.clone();
-        self.run(move |s| match &access {
-            Access::Local => Ok(s.store.users()?),
-            Access::Token { users, .. } => users
-                .iter()
-                .map(|user| {
+        let _permit = self.permit().await?;
+        match access {
+            Access::Local => Ok(self.store.users().await?),
+            Access::Token { users, .. } => {
+                let mut counts = Vec::with_capacity(users.len());
+                for user in users {
                     let all = Filter {
                         include_closed: true,
                         ..Filter::user(user.clone())
                     };
-                    Ok(UserCount {
+                    counts.push(UserCount {
                         user_id: user.clone(),
-                        memories: s.store.count(&all)?,
-                    })
-                })
-                .collect(),
-        })
-        .await
+                        memories: self.store.count(&all).await?,
+                    });
+                }
+                Ok(counts)
+            }
+        }
     }
 
     /// How many memories match the filter, per day (in `time_zone`) and kind.
@@ -478,26 +472,32 @@ impl MemoryService {
         time_zone: TimeZone,
     ) -> Result<Vec<DayCount>, ApiError> {
         access.require(&filter.user_id)?;
-        self.run(move |s| Ok(s.store.count_by_day(&filter, &time_zone)?))
-            .await
+        let _permit = self.permit().await?;
+        Ok(self.store.count_by_day(&filter, &time_zone).await?)
     }
 
-    /// Runs a knowledge-graph operation for a user the caller may touch.
-    pub async fn graph<T, F>(&self, access: &Access, user_id: &str, work: F) -> Result<T, ApiError>
-    where
-        T: Send + 'static,
-        F: FnOnce(&KnowledgeBase) -> Result<T, ApiError> + Send + 'static,
-    {
+    /// The knowledge graphs, for a user the caller may touch.
+    pub fn graph(&self, access: &Access, user_id: &str) -> Result<&KnowledgeBase, ApiError> {
         access.require(user_id)?;
-        self.run(move |s| work(&s.knowledge)).await
+        Ok(&self.knowledge)
     }
 
     /// The memory, if it exists and the caller may see it; otherwise the same not-found error.
-    fn visible(&self, access: &Access, id: MemoryId) -> Result<Memory, ApiError> {
-        match self.store.get(id) {
+    async fn visible(&self, access: &Access, id: MemoryId) -> Result<Memory, ApiError> {
+        match self.store.get(id).await {
             Ok(memory) if access.allows(&memory.scope.user_id) => Ok(memory),
             Ok(_) | Err(StoreError::NotFound(_)) => Err(ApiError::memory_not_found(id)),
             Err(e) => Err(e.into()),
         }
     }
+}
+
+/// Reads session files (blocking file I/O) on the blocking pool.
+async fn read_sessions<T: Send + 'static>(
+    read: impl FnOnce() -> Result<T, engram_memory::session::SessionError> + Send + 'static,
+) -> Result<T, ApiError> {
+    tokio::task::spawn_blocking(read)
+        .await
+        .map_err(|e| ApiError::internal(format!("reading the sessions stopped: {e}")))?
+        .map_err(|e| ApiError::internal(e.to_string()))
 }

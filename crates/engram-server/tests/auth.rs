@@ -6,9 +6,11 @@
 mod common;
 
 use common::{TestServer, client, code, json_of};
+use engram_core::store::tokens::TokenStore;
 use engram_server::config::{ConfigToken, ServerSettings};
+use engram_server::tokens::{create_token, hash_token};
 use engram_server::{ServeError, ServeOptions, Server, Stores};
-use engram_store_sqlite::tokens::{TokenStore, hash_token};
+use engram_store_sqlite::SqliteStore;
 use jiff::Timestamp;
 use serde_json::{Value, json};
 
@@ -32,7 +34,7 @@ async fn send(
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn tokens_are_required_once_one_exists() {
     let server = TestServer::start().await;
-    let (_, alice) = server.token(&["alice"]);
+    let (_, alice) = server.token(&["alice"]).await;
     let get = reqwest::Method::GET;
     let (status, body) = send(
         &server,
@@ -101,15 +103,16 @@ async fn tokens_are_required_once_one_exists() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_revoked_token_is_refused_at_once() {
     let server = TestServer::start().await;
-    let (id, alice) = server.token(&["alice"]);
-    let (_, _other) = server.token(&["bob"]);
+    let (id, alice) = server.token(&["alice"]).await;
+    let (_, _other) = server.token(&["bob"]).await;
     let path = "/v1/memories?user_id=alice";
     let (status, _) = send(&server, reqwest::Method::GET, path, Some(&alice), None).await;
     assert_eq!(status, 200);
     // Revoked by another process (the CLI), while the server runs.
-    TokenStore::open(server.db())
+    SqliteStore::open(server.db())
         .unwrap()
         .revoke(&id, Timestamp::now())
+        .await
         .unwrap();
     let (status, body) = send(&server, reqwest::Method::GET, path, Some(&alice), None).await;
     assert_eq!((status, code(&body)), (401, "unauthorized"));
@@ -118,8 +121,8 @@ async fn a_revoked_token_is_refused_at_once() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn another_users_memory_is_answered_as_a_missing_one() {
     let server = TestServer::start().await;
-    let (_, alice) = server.token(&["alice"]);
-    let (_, bob) = server.token(&["bob"]);
+    let (_, alice) = server.token(&["alice"]).await;
+    let (_, bob) = server.token(&["bob"]).await;
     let (status, body) = send(
         &server,
         reqwest::Method::POST,
@@ -249,7 +252,7 @@ async fn another_users_memory_is_answered_as_a_missing_one() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_token_for_two_users_reaches_both_and_changes_are_attributed() {
     let server = TestServer::start().await;
-    let (id, both) = server.token(&["alice", "bob"]);
+    let (id, both) = server.token(&["alice", "bob"]).await;
     for user in ["alice", "bob"] {
         let (status, body) = send(
             &server,
@@ -318,17 +321,22 @@ async fn config_tokens_work_by_hash() {
 async fn listening_beyond_loopback_needs_a_token() {
     let dir = tempfile::TempDir::new().unwrap();
     let path = dir.path().join("engram.db");
-    let stores = Stores::open(&path).unwrap();
+    let backend = SqliteStore::open(&path).unwrap().into_backend();
+    let stores = Stores::lexical(&backend);
     let options = ServeOptions::new("0.0.0.0:0".parse().unwrap(), ServerSettings::default());
     let err = Server::bind(&stores, options.clone()).await.unwrap_err();
     assert!(matches!(err, ServeError::NoTokens(_)), "{err}");
     assert!(err.to_string().contains("engram token create"));
 
     // With a token it starts, and anonymous requests are refused even from this machine.
-    let (_, text) = TokenStore::open(&path)
-        .unwrap()
-        .create(None, &["u".to_string()], Timestamp::now())
-        .unwrap();
+    let (_, text) = create_token(
+        backend.tokens.as_ref(),
+        None,
+        &["u".to_string()],
+        Timestamp::now(),
+    )
+    .await
+    .unwrap();
     let server = Server::bind(&stores, options).await.unwrap();
     let port = server.local_addr().unwrap().port();
     let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
@@ -351,7 +359,7 @@ async fn bad_bodies_behind_a_token_are_refused_before_and_after_authentication()
         ..ServerSettings::default()
     };
     let server = TestServer::start_with(settings).await;
-    let (_, alice) = server.token(&["alice"]);
+    let (_, alice) = server.token(&["alice"]).await;
     let post = |body: String, token: Option<&str>| {
         let mut request = client()
             .post(server.url("/v1/memories"))

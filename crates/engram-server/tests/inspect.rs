@@ -5,7 +5,7 @@
 mod common;
 
 use common::{TestServer, client, code, json_of};
-use engram_store_sqlite::graph::{Entity, Relation};
+use engram_core::store::graph::{Entity, Relation};
 use jiff::Timestamp;
 use serde_json::{Value, json};
 
@@ -68,7 +68,7 @@ async fn users_are_those_the_caller_may_see() {
     );
 
     // A token sees its own users only, even one with no memories yet.
-    let (token_id, token) = server.token(&["alice", "carol"]);
+    let (token_id, token) = server.token(&["alice", "carol"]).await;
     let (status, body) = get(&server, "/v1/users", Some(&token)).await;
     assert_eq!(status, 200, "{body}");
     assert_eq!(
@@ -160,7 +160,7 @@ async fn the_profile_shows_current_entries_and_what_they_replaced() {
     assert_eq!(second["entries"][0]["text"], "job: nurse");
     assert!(second["next"].is_null());
 
-    let (_, token) = server.token(&["bob"]);
+    let (_, token) = server.token(&["bob"]).await;
     let (status, body) = get(&server, "/v1/profile?user_id=alice", Some(&token)).await;
     assert_eq!((status, code(&body)), (403, "forbidden"));
     let (status, body) = get(&server, "/v1/profile", Some(&token)).await;
@@ -231,6 +231,7 @@ async fn the_graph_is_read_whole_or_searched() {
             ],
             Timestamp::now(),
         )
+        .await
         .unwrap();
     server
         .stores
@@ -244,6 +245,7 @@ async fn the_graph_is_read_whole_or_searched() {
             }],
             Timestamp::now(),
         )
+        .await
         .unwrap();
     let (status, graph) = get(&server, "/v1/graph?user_id=alice", None).await;
     assert_eq!(status, 200, "{graph}");
@@ -351,7 +353,7 @@ async fn import_keeps_good_lines_and_names_bad_ones() {
     assert_eq!(again, exported);
 
     // Without user_id every line names its user; a token's other users are refused line by line.
-    let (_, token) = server.token(&["alice"]);
+    let (_, token) = server.token(&["alice"]).await;
     let (status, result) = import(
         &server,
         "",
@@ -417,7 +419,7 @@ async fn explain_takes_the_score_apart() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_page_is_served_without_a_token() {
     let server = TestServer::start().await;
-    server.token(&["alice"]);
+    server.token(&["alice"]).await;
     let response = client().get(server.url("/ui/")).send().await.unwrap();
     assert_eq!(response.status(), 200);
     let headers = response.headers().clone();
@@ -563,7 +565,7 @@ async fn sessions_show_the_conversations_the_agent_kept() {
     // Another user's conversation is not alice's, and a token for bob cannot ask for hers.
     let (status, body) = get(&server, "/v1/sessions/cli:bob/messages?user_id=alice", None).await;
     assert_eq!((status, code(&body)), (404, "not_found"));
-    let (_, token) = server.token(&["bob"]);
+    let (_, token) = server.token(&["bob"]).await;
     let (status, body) = get(
         &server,
         "/v1/sessions/cli:trip/messages?user_id=alice",

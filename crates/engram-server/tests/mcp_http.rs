@@ -44,8 +44,8 @@ async fn call(session: &Session, tool: &str, arguments: Value) -> (bool, String)
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_token_reaches_only_its_own_users_through_mcp() {
     let server = TestServer::start().await;
-    let (_, alice) = server.token(&["alice"]);
-    let (_, bob) = server.token(&["bob"]);
+    let (_, alice) = server.token(&["alice"]).await;
+    let (_, bob) = server.token(&["bob"]).await;
     let (status, body) = json_of(
         client()
             .post(server.url("/v1/memories"))
@@ -194,8 +194,8 @@ async fn in_session(
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_mcp_session_is_used_and_ended_only_with_the_token_that_started_it() {
     let server = TestServer::start().await;
-    let (_, alice) = server.token(&["alice"]);
-    let (_, bob) = server.token(&["bob"]);
+    let (_, alice) = server.token(&["alice"]).await;
+    let (_, bob) = server.token(&["bob"]).await;
     let session = initialize(&server, &alice).await;
     let initialized = json!({"jsonrpc": "2.0", "method": "notifications/initialized"});
     assert_eq!(

@@ -37,7 +37,7 @@ fn mem0_code(body: &Value) -> &str {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_open_source_servers_routes_answer_in_its_shapes() {
     let server = TestServer::start().await;
-    let (_, token) = server.token(&["alice"]);
+    let (_, token) = server.token(&["alice"]).await;
     let t = token.as_str();
     let (status, added) = call(
         &server,
@@ -161,8 +161,8 @@ async fn reset_needs_an_explicit_token_and_erases_only_its_users() {
     // Without any token the server is open to this machine, but reset is not.
     let (status, body) = json_of(client().post(server.url("/reset")).send().await.unwrap()).await;
     assert_eq!((status, mem0_code(&body)), (403, "forbidden"), "{body}");
-    let (_, alice) = server.token(&["alice"]);
-    let (_, bob) = server.token(&["bob"]);
+    let (_, alice) = server.token(&["alice"]).await;
+    let (_, bob) = server.token(&["bob"]).await;
     call(
         &server,
         Method::POST,
@@ -198,7 +198,7 @@ async fn reset_needs_an_explicit_token_and_erases_only_its_users() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn tokens_go_as_token_bearer_or_x_api_key_and_bind_users() {
     let server = TestServer::start().await;
-    let (_, token) = server.token(&["alice"]);
+    let (_, token) = server.token(&["alice"]).await;
     for (header, value) in [
         ("authorization", format!("Token {token}")),
         ("authorization", format!("Bearer {token}")),
@@ -249,8 +249,8 @@ async fn tokens_go_as_token_bearer_or_x_api_key_and_bind_users() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn another_users_memory_is_not_found_through_every_route() {
     let server = TestServer::start().await;
-    let (_, alice) = server.token(&["alice"]);
-    let (_, bob) = server.token(&["bob"]);
+    let (_, alice) = server.token(&["alice"]).await;
+    let (_, bob) = server.token(&["bob"]).await;
     let (status, added) = call(
         &server,
         Method::POST,
@@ -361,7 +361,7 @@ async fn bad_input_gets_a_4xx_with_a_stable_code_and_changes_nothing() {
         ..ServerSettings::default()
     };
     let server = TestServer::start_with(settings).await;
-    let (_, token) = server.token(&["alice"]);
+    let (_, token) = server.token(&["alice"]).await;
     let t = token.as_str();
     let add = |extra: Value| {
         let mut body = json!({"messages": [{"role": "user", "content": "hello"}], "user_id": "alice", "infer": false});
@@ -763,7 +763,7 @@ async fn bad_input_gets_a_4xx_with_a_stable_code_and_changes_nothing() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn lists_page_and_expiry_hides_until_asked() {
     let server = TestServer::start().await;
-    let (_, token) = server.token(&["alice"]);
+    let (_, token) = server.token(&["alice"]).await;
     let t = token.as_str();
     let messages: Vec<Value> = (0..5)
         .map(|i| json!({"role": "user", "content": format!("note number {i}")}))
@@ -847,7 +847,7 @@ async fn entities_are_the_users_the_caller_may_see() {
         (200, 2),
         "{listed}"
     );
-    let (_, alice) = server.token(&["alice"]);
+    let (_, alice) = server.token(&["alice"]).await;
     let (status, entities) = call(&server, Method::GET, "/v1/entities/", &alice, None).await;
     assert_eq!(status, 200, "{entities}");
     assert_eq!(entities["results"][0]["name"], "alice");

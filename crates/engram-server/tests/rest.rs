@@ -37,7 +37,7 @@ async fn add(server: &TestServer, user: &str, text: &str) -> String {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn health_and_openapi_need_no_token() {
     let server = TestServer::start().await;
-    server.token(&["alice"]);
+    server.token(&["alice"]).await;
     let (status, body) = get(&server, "/health").await;
     assert_eq!((status, body["status"].as_str()), (200, Some("ok")));
     let (status, doc) = get(&server, "/openapi.json").await;
@@ -654,7 +654,7 @@ async fn messages_with_infer_go_through_extraction_and_merging() {
     assert_eq!(status, 200);
     assert!(body.to_string().contains("editor: helix"), "{body}");
     // Another user's token cannot extract into u's memory.
-    let (_, other) = server.token(&["v"]);
+    let (_, other) = server.token(&["v"]).await;
     let response = client()
         .post(server.url("/v1/memories"))
         .bearer_auth(other)

@@ -8,14 +8,13 @@ mod common;
 use std::sync::Arc;
 
 use common::{Server, TestDb};
-use engram_core::store::BlockingMemoryStore;
 use engram_core::store::MemoryPatch;
 use engram_core::{
     AddOutcome, Filter, FixedClock, Importance, Kind, Memory, MemoryId, MemoryStore, NewMemory,
     Scope,
 };
 use engram_store_postgres::{PgOptions, PgStore};
-use engram_store_sqlite::{SqliteStore, StoreOptions};
+use engram_store_sqlite::{Database as SqliteStore, StoreOptions};
 use jiff::{SignedDuration, Timestamp};
 use serde_json::json;
 
@@ -162,13 +161,7 @@ fn outcome_id(outcome: &AddOutcome) -> MemoryId {
 }
 
 async fn export(pair: &Pair, user: &str) -> (Vec<Memory>, Vec<Memory>) {
-    let mut a = Vec::new();
-    pair.sqlite
-        .export(user, &mut |m| {
-            a.push(m);
-            Ok(())
-        })
-        .unwrap();
+    let a = pair.sqlite.export_page(user, None, usize::MAX).unwrap();
     let mut b = Vec::new();
     pair.pg
         .export(user, &mut |m| {

@@ -13,10 +13,9 @@ use std::path::PathBuf;
 use std::sync::Arc;
 
 use common::{Server, TestDb};
-use engram_core::store::BlockingMemoryStore;
 use engram_core::{Filter, FixedClock, Kind, MemoryId, MemoryStore, NewMemory, Scope};
 use engram_store_postgres::{PgOptions, PgStore};
-use engram_store_sqlite::{SqliteStore, StoreOptions};
+use engram_store_sqlite::{Database as SqliteStore, StoreOptions};
 use jiff::Timestamp;
 use serde_json::{Value, json};
 

@@ -7,13 +7,12 @@ mod common;
 use std::sync::Arc;
 
 use common::{Server, TestDb};
-use engram_core::store::BlockingMemoryStore;
 use engram_core::{
     AddOutcome, Filter, FixedClock, Kind, MemoryId, MemoryStore, NewMemory, Scope, StoredVector,
     VectorHit,
 };
 use engram_store_postgres::{PgOptions, PgStore};
-use engram_store_sqlite::{SqliteStore, StoreOptions};
+use engram_store_sqlite::{Database as SqliteStore, StoreOptions};
 
 struct Rng(u64);
 

@@ -1,277 +1,49 @@
-//! A knowledge graph per user — entities, their observations and the relations between them —
-//! in the same SQLite file as the memories, so several processes share it safely.
-//!
-//! The shapes follow the reference MCP memory server (`@modelcontextprotocol/server-memory`):
-//! an entity has a unique name, a type and a list of observations; a relation joins two entity
-//! names with a type in active voice. The serde names (`entityType`, `relationType`) are that
-//! server's, so its JSONL file and its tool arguments read as they are.
-//!
-//! Every entity and observation is also meant to be findable by ranked search: the caller writes
-//! a memory for each and records its id here with [`GraphStore::set_index`]. Rows whose memory is
-//! not written yet (a crash in between, another process mid-way) are listed by
-//! [`GraphStore::pending_index`], so any process can finish the job; adding a memory twice is
-//! harmless because the store keeps one copy of the same text.
+//! The knowledge graphs of the MCP graph tools, in the same SQLite file as the memories, so
+//! several processes share them safely (see [`engram_core::store::graph`] for the shapes and
+//! the rules every engine keeps).
 
 use std::collections::HashMap;
-use std::path::{Path, PathBuf};
-use std::sync::{Mutex, MutexGuard};
-use std::time::Duration;
 
-use engram_core::{MemoryId, StoreError};
-use jiff::Timestamp;
-use rusqlite::{
-    Connection, OpenFlags, OptionalExtension, Transaction, TransactionBehavior, params,
+use engram_core::MemoryId;
+use engram_core::store::graph::{
+    Entity, GraphError, GraphLink, IndexTarget, KnowledgeGraph, ObservationDeletion,
+    ObservationInput, ObservationsAdded, PendingIndex, Relation, check_observation,
 };
-use serde::{Deserialize, Serialize};
+use jiff::Timestamp;
+use rusqlite::{Connection, OptionalExtension, Transaction, params};
 
-use crate::error::from_sqlite;
-use crate::{SqliteStore, StoreOptions};
+use crate::store::Database;
 
-/// Longest entity name, entity type or relation type, in bytes.
-pub const MAX_NAME_BYTES: usize = 1_024;
-/// Longest observation, in bytes (its memory also carries the entity's name).
-pub const MAX_OBSERVATION_BYTES: usize = 60 * 1024;
-
-/// Why a graph operation failed.
-#[derive(Debug, thiserror::Error)]
-pub enum GraphError {
-    /// Observations were offered for an entity that does not exist.
-    #[error("Entity with name {0} not found")]
-    EntityNotFound(String),
-    /// A name, type or observation is not acceptable.
-    #[error("{0}")]
-    Invalid(String),
-    /// The database failed.
-    #[error(transparent)]
-    Store(#[from] StoreError),
+/// The knowledge graphs of one database.
+#[derive(Debug, Clone, Copy)]
+pub struct Graph<'a> {
+    db: &'a Database,
 }
 
-/// A node of the graph.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "camelCase")]
-pub struct Entity {
-    /// Unique (per user) name.
-    pub name: String,
-    /// What sort of thing it is (`person`, `project`, ...).
-    pub entity_type: String,
-    /// Facts about it, oldest first.
-    #[serde(default)]
-    pub observations: Vec<String>,
-}
-
-/// A directed, typed edge between two entity names.
-#[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
-#[serde(rename_all = "camelCase")]
-pub struct Relation {
-    /// The entity the relation starts at.
-    pub from: String,
-    /// The entity it ends at.
-    pub to: String,
-    /// What the relation is, in active voice (`works_at`).
-    pub relation_type: String,
-}
-
-/// Entities and the relations among them.
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
-pub struct KnowledgeGraph {
-    /// The entities.
-    pub entities: Vec<Entity>,
-    /// The relations.
-    pub relations: Vec<Relation>,
-}
-
-/// Observations to add to one entity.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "camelCase")]
-pub struct ObservationInput {
-    /// The entity.
-    pub entity_name: String,
-    /// The observations.
-    pub contents: Vec<String>,
-}
-
-/// What [`GraphStore::add_observations`] added to one entity.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "camelCase")]
-pub struct ObservationsAdded {
-    /// The entity.
-    pub entity_name: String,
-    /// The observations that were new.
-    pub added_observations: Vec<String>,
-}
-
-/// Observations to remove from one entity.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "camelCase")]
-pub struct ObservationDeletion {
-    /// The entity.
-    pub entity_name: String,
-    /// The observations to remove.
-    pub observations: Vec<String>,
-}
-
-/// A graph row that still needs its search memory.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct PendingIndex {
-    /// Which row.
-    pub target: IndexTarget,
-    /// Its entity's name.
-    pub entity_name: String,
-    /// Its entity's type.
-    pub entity_type: String,
-    /// The observation, for an observation row.
-    pub observation: Option<String>,
-}
-
-/// A row that can carry a search memory.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum IndexTarget {
-    /// An entity's name and type.
-    Entity(i64),
-    /// One observation.
-    Observation(i64),
-}
-
-/// What a search memory stands for in the graph.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum GraphLink {
-    /// An entity's name and type.
-    Entity {
-        /// The entity.
-        name: String,
-    },
-    /// One observation of an entity.
-    Observation {
-        /// The entity.
-        name: String,
-        /// The observation.
-        content: String,
-    },
-}
-
-fn check_name(what: &str, value: &str, allow_empty: bool) -> Result<(), GraphError> {
-    if !allow_empty && value.trim().is_empty() {
-        return Err(GraphError::Invalid(format!("{what} is empty")));
-    }
-    if value.len() > MAX_NAME_BYTES {
-        return Err(GraphError::Invalid(format!(
-            "{what} is {} bytes, more than the limit of {MAX_NAME_BYTES}",
-            value.len()
-        )));
-    }
-    Ok(())
-}
-
-fn check_observation(entity: &str, content: &str) -> Result<(), GraphError> {
-    if content.trim().is_empty() {
-        return Err(GraphError::Invalid(format!(
-            "an observation of entity {entity} is empty"
-        )));
-    }
-    if content.len() > MAX_OBSERVATION_BYTES {
-        return Err(GraphError::Invalid(format!(
-            "an observation of entity {entity} is {} bytes, more than the limit of {MAX_OBSERVATION_BYTES}",
-            content.len()
-        )));
-    }
-    Ok(())
-}
-
-fn check_relation(relation: &Relation) -> Result<(), GraphError> {
-    check_name("a relation's from", &relation.from, false)?;
-    check_name("a relation's to", &relation.to, false)?;
-    check_name("a relation's relationType", &relation.relation_type, false)
-}
-
-impl Entity {
-    /// Checks the entity can be stored: a non-empty name, and names, type and observations
-    /// within their limits.
-    pub fn check(&self) -> Result<(), GraphError> {
-        check_name("an entity's name", &self.name, false)?;
-        check_name("an entity's entityType", &self.entity_type, true)?;
-        for content in &self.observations {
-            check_observation(&self.name, content)?;
-        }
-        Ok(())
+impl Database {
+    /// The knowledge graphs.
+    pub fn graph(&self) -> Graph<'_> {
+        Graph { db: self }
     }
 }
 
-impl Relation {
-    /// Checks the relation can be stored: non-empty names and type within their limits.
-    pub fn check(&self) -> Result<(), GraphError> {
-        check_relation(self)
-    }
-}
-
-/// The knowledge graphs of one database file.
-#[derive(Debug)]
-pub struct GraphStore {
-    path: PathBuf,
-    busy_timeout: Duration,
-    reader: Mutex<Connection>,
-    writer: Mutex<Connection>,
-}
-
-impl GraphStore {
-    /// Opens the graphs of the database at `path` (created and migrated if needed).
-    pub fn open(path: impl AsRef<Path>) -> Result<Self, GraphError> {
-        Self::open_with(path, StoreOptions::default())
-    }
-
-    /// Opens the graphs of the database at `path` with these options (only the busy timeout
-    /// matters here; times come from the caller).
-    pub fn open_with(path: impl AsRef<Path>, options: StoreOptions) -> Result<Self, GraphError> {
-        let path = path.as_ref().to_path_buf();
-        let busy_timeout = options.busy_timeout;
-        // Opening the memory store creates the file, checks it is engram's and migrates it.
-        drop(SqliteStore::open_with(&path, options)?);
-        let connect = || -> Result<Connection, StoreError> {
-            let map = |e| from_sqlite(e, &path, busy_timeout);
-            let flags = OpenFlags::SQLITE_OPEN_READ_WRITE | OpenFlags::SQLITE_OPEN_NO_MUTEX;
-            let conn = Connection::open_with_flags(&path, flags).map_err(map)?;
-            conn.busy_timeout(busy_timeout).map_err(map)?;
-            conn.execute_batch("PRAGMA synchronous = NORMAL; PRAGMA foreign_keys = ON;")
-                .map_err(map)?;
-            Ok(conn)
-        };
-        let reader = connect()?;
-        let writer = connect()?;
-        Ok(Self {
-            path,
-            busy_timeout,
-            reader: Mutex::new(reader),
-            writer: Mutex::new(writer),
-        })
-    }
-
-    /// The database file.
-    pub fn path(&self) -> &Path {
-        &self.path
-    }
-
+impl Graph<'_> {
     fn err(&self, e: rusqlite::Error) -> GraphError {
-        GraphError::Store(from_sqlite(e, &self.path, self.busy_timeout))
+        GraphError::Store(self.db.err(e))
     }
 
     fn write<T>(
         &self,
         f: impl FnOnce(&Transaction<'_>) -> Result<T, GraphError>,
     ) -> Result<T, GraphError> {
-        let mut conn = lock(&self.writer);
-        let tx = conn
-            .transaction_with_behavior(TransactionBehavior::Immediate)
-            .map_err(|e| self.err(e))?;
-        let value = f(&tx)?;
-        tx.commit().map_err(|e| self.err(e))?;
-        Ok(value)
+        self.db.transaction(f)
     }
 
     fn read<T>(
         &self,
         f: impl FnOnce(&Connection) -> Result<T, GraphError>,
     ) -> Result<T, GraphError> {
-        let conn = lock(&self.reader);
-        f(&conn)
+        self.db.reading(f)
     }
 
     /// Creates the entities whose names are new; entities that exist already are left as they
@@ -570,15 +342,6 @@ impl GraphStore {
         })
     }
 
-    /// Every relation that starts or ends at one of these entities, oldest first.
-    pub fn relations_of(
-        &self,
-        user_id: &str,
-        entities: &[Entity],
-    ) -> Result<Vec<Relation>, GraphError> {
-        self.read(|conn| relations_touching(conn, user_id, entities).map_err(|e| self.err(e)))
-    }
-
     /// Up to `limit` rows of the user's graph that have no search memory yet.
     pub fn pending_index(
         &self,
@@ -703,11 +466,6 @@ impl GraphStore {
     }
 }
 
-fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
-    // SQLite rolls back whatever a panicking holder left open.
-    mutex.lock().unwrap_or_else(|e| e.into_inner())
-}
-
 fn entity_id(conn: &Connection, user_id: &str, name: &str) -> rusqlite::Result<Option<i64>> {
     conn.prepare_cached("SELECT id FROM graph_entities WHERE user_id = ?1 AND name = ?2")?
         .query_row(params![user_id, name], |r| r.get(0))
@@ -798,10 +556,10 @@ mod tests {
     use super::*;
     use tempfile::TempDir;
 
-    fn store() -> (TempDir, GraphStore) {
+    fn store() -> (TempDir, Database) {
         let dir = TempDir::new().unwrap();
-        let graph = GraphStore::open(dir.path().join("engram.db")).unwrap();
-        (dir, graph)
+        let db = Database::open(dir.path().join("engram.db")).unwrap();
+        (dir, db)
     }
 
     fn entity(name: &str, kind: &str, observations: &[&str]) -> Entity {
@@ -825,6 +583,7 @@ mod tests {
         let (_dir, graph) = store();
         let now = Timestamp::now();
         let created = graph
+            .graph()
             .create_entities(
                 "u",
                 &[
@@ -844,6 +603,7 @@ mod tests {
         );
         assert!(
             graph
+                .graph()
                 .create_entities("u", &[entity("Alice", "x", &["new"])], now)
                 .unwrap()
                 .is_empty()
@@ -851,12 +611,13 @@ mod tests {
         // Another user has a graph of their own.
         assert_eq!(
             graph
+                .graph()
                 .create_entities("v", &[entity("Alice", "cat", &[])], now)
                 .unwrap()
                 .len(),
             1
         );
-        let read = graph.read_graph("u").unwrap();
+        let read = graph.graph().read_graph("u").unwrap();
         assert_eq!(
             read.entities,
             vec![entity("Alice", "person", &["likes tea", "lives in Berlin"])]
@@ -868,9 +629,11 @@ mod tests {
         let (_dir, graph) = store();
         let now = Timestamp::now();
         graph
+            .graph()
             .create_entities("u", &[entity("A", "t", &["one"])], now)
             .unwrap();
         let err = graph
+            .graph()
             .add_observations(
                 "u",
                 &[
@@ -888,10 +651,11 @@ mod tests {
             .unwrap_err();
         assert_eq!(err.to_string(), "Entity with name B not found");
         assert_eq!(
-            graph.read_graph("u").unwrap().entities[0].observations,
+            graph.graph().read_graph("u").unwrap().entities[0].observations,
             vec!["one"]
         );
         let added = graph
+            .graph()
             .add_observations(
                 "u",
                 &[ObservationInput {
@@ -909,6 +673,7 @@ mod tests {
         let (_dir, graph) = store();
         let now = Timestamp::now();
         graph
+            .graph()
             .create_entities(
                 "u",
                 &[entity("A", "t", &["a1"]), entity("B", "t", &[])],
@@ -916,6 +681,7 @@ mod tests {
             )
             .unwrap();
         let rels = graph
+            .graph()
             .create_relations(
                 "u",
                 &[
@@ -927,14 +693,14 @@ mod tests {
             )
             .unwrap();
         assert_eq!(rels.len(), 2);
-        let pending = graph.pending_index("u", 100).unwrap();
+        let pending = graph.graph().pending_index("u", 100).unwrap();
         assert_eq!(pending.len(), 3);
         let links: Vec<_> = pending
             .iter()
             .map(|p| (p.target, MemoryId::new()))
             .collect();
-        assert!(graph.set_index(&links).unwrap().is_empty());
-        assert!(graph.pending_index("u", 100).unwrap().is_empty());
+        assert!(graph.graph().set_index(&links).unwrap().is_empty());
+        assert!(graph.graph().pending_index("u", 100).unwrap().is_empty());
 
         let a_memories: Vec<MemoryId> = links
             .iter()
@@ -943,13 +709,14 @@ mod tests {
             .map(|((_, m), _)| *m)
             .collect();
         let mut orphaned = graph
+            .graph()
             .delete_entities("u", &["A".into(), "Z".into()])
             .unwrap();
         orphaned.sort();
         let mut expected = a_memories.clone();
         expected.sort();
         assert_eq!(orphaned, expected);
-        let read = graph.read_graph("u").unwrap();
+        let read = graph.graph().read_graph("u").unwrap();
         assert_eq!(read.entities, vec![entity("B", "t", &[])]);
         assert_eq!(read.relations, vec![relation("B", "C", "knows")]);
     }
@@ -959,16 +726,17 @@ mod tests {
         let (_dir, graph) = store();
         let now = Timestamp::now();
         graph
+            .graph()
             .create_entities("u", &[entity("A", "t", &["a1"])], now)
             .unwrap();
-        let pending = graph.pending_index("u", 10).unwrap();
+        let pending = graph.graph().pending_index("u", 10).unwrap();
         let links: Vec<_> = pending
             .iter()
             .map(|p| (p.target, MemoryId::new()))
             .collect();
-        graph.set_index(&links).unwrap();
+        graph.graph().set_index(&links).unwrap();
         let ids: Vec<MemoryId> = links.iter().map(|(_, m)| *m).collect();
-        let found = graph.links("u", &ids).unwrap();
+        let found = graph.graph().links("u", &ids).unwrap();
         assert_eq!(found.len(), 2);
         assert!(
             found
@@ -981,9 +749,10 @@ mod tests {
                 content: "a1".into()
             }));
         // Another user's view of the same memory ids is empty.
-        assert!(graph.links("v", &ids).unwrap().is_empty());
+        assert!(graph.graph().links("v", &ids).unwrap().is_empty());
 
         let orphaned = graph
+            .graph()
             .delete_observations(
                 "u",
                 &[ObservationDeletion {
@@ -1000,6 +769,7 @@ mod tests {
         let (_dir, graph) = store();
         let now = Timestamp::now();
         graph
+            .graph()
             .create_entities(
                 "u",
                 &[
@@ -1011,6 +781,7 @@ mod tests {
             )
             .unwrap();
         graph
+            .graph()
             .create_relations(
                 "u",
                 &[
@@ -1022,6 +793,7 @@ mod tests {
             )
             .unwrap();
         let opened = graph
+            .graph()
             .open_nodes("u", &["A".into(), "A".into(), "nope".into()])
             .unwrap();
         assert_eq!(opened.entities.len(), 1);
@@ -1030,10 +802,12 @@ mod tests {
             vec![relation("A", "B", "r"), relation("C", "A", "r")]
         );
         graph
+            .graph()
             .delete_relations("u", &[relation("A", "B", "r")])
             .unwrap();
         assert_eq!(
             graph
+                .graph()
                 .open_nodes("u", &["A".into()])
                 .unwrap()
                 .relations
@@ -1047,18 +821,24 @@ mod tests {
         let (_dir, graph) = store();
         let now = Timestamp::now();
         assert!(matches!(
-            graph.create_entities("u", &[entity(" ", "t", &[])], now),
+            graph
+                .graph()
+                .create_entities("u", &[entity(" ", "t", &[])], now),
             Err(GraphError::Invalid(_))
         ));
         assert!(matches!(
-            graph.create_entities("u", &[entity("A", "t", &["  "])], now),
+            graph
+                .graph()
+                .create_entities("u", &[entity("A", "t", &["  "])], now),
             Err(GraphError::Invalid(_))
         ));
         assert!(matches!(
-            graph.create_relations("u", &[relation("A", "", "r")], now),
+            graph
+                .graph()
+                .create_relations("u", &[relation("A", "", "r")], now),
             Err(GraphError::Invalid(_))
         ));
-        assert!(graph.read_graph("u").unwrap().entities.is_empty());
+        assert!(graph.graph().read_graph("u").unwrap().entities.is_empty());
     }
 
     #[test]

@@ -1,380 +1,45 @@
-//! Scheduled jobs and their run history, in the same SQLite file as the memories.
+//! Scheduled jobs and their run history, in the same SQLite file as the memories (see
+//! [`engram_core::store::jobs`] for the rules every engine keeps).
 //!
-//! The command line and a running gateway share this table, so every change runs in an immediate
-//! transaction, and a run is claimed before it starts: a claim only succeeds while the job still
-//! has the due time the claimant saw and no other run in progress, so two processes never run the
-//! same occurrence. A run is recorded twice, as started and as finished, each in its own
-//! transaction; a run left "running" by a process that died is found by
-//! [`JobStore::recover_interrupted`].
-//!
-//! The store keeps schedules as data and does not interpret them: the caller computes each
-//! job's next run (see the scheduler in engram-agent) and hands it in. Times are milliseconds
-//! since the Unix epoch, as the column names say.
+//! Every change runs in an immediate transaction on the database's one writer, so a claim
+//! ([`Jobs::start_run`]) sees every other process's claims. The payload is kept as the JSON the
+//! scheduler wrote. Times are milliseconds since the Unix epoch, as the column names say.
 
-use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Mutex, MutexGuard};
-use std::time::Duration;
 
 use engram_core::StoreError;
-use rusqlite::{Connection, OpenFlags, Row, Transaction, TransactionBehavior, params};
+use engram_core::store::jobs::{
+    AfterRun, Job, JobError, JobRun, JobState, NewJob, ORPHAN_RUNS_KEPT_MS, RUNS_KEPT_PER_JOB,
+    RunEnd, RunStatus, RunTrigger, ScheduleRecord, run_excerpt,
+};
+use rusqlite::{Connection, Row, Transaction, params};
+use serde_json::Value;
 
-use crate::error::from_sqlite;
-use crate::{SqliteStore, StoreOptions};
+use crate::store::Database;
 
-/// Longest output excerpt kept per run, in characters.
-pub const RUN_OUTPUT_LIMIT: usize = 4_000;
-/// How many runs are kept per job; older ones are pruned when a run finishes.
-pub const RUNS_KEPT_PER_JOB: i64 = 200;
-
-/// Why a job operation failed.
-#[derive(Debug, thiserror::Error)]
-pub enum JobError {
-    /// No job has this id.
-    #[error("no job has the id '{0}' (see `engram cron list --all`)")]
-    NotFound(String),
-    /// The job is being run by this or another process.
-    #[error("job '{0}' is already running")]
-    AlreadyRunning(String),
-    /// The new job is not acceptable.
-    #[error("{0}")]
-    Invalid(String),
-    /// A stored row cannot be read back.
-    #[error("job '{id}' is stored in a form this engram cannot read: {detail}")]
-    Unreadable {
-        /// The job.
-        id: String,
-        /// What is wrong with it.
-        detail: String,
-    },
-    /// The database failed.
-    #[error(transparent)]
-    Store(#[from] StoreError),
+/// The jobs of one database.
+#[derive(Debug, Clone, Copy)]
+pub struct Jobs<'a> {
+    db: &'a Database,
 }
 
-/// When a job runs, as stored. The scheduler validates and interprets it.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum ScheduleRecord {
-    /// Once, at this instant.
-    At {
-        /// The instant.
-        at_ms: i64,
-    },
-    /// Every `every_ms`, on the grid `anchor_ms + k * every_ms`.
-    Every {
-        /// The interval.
-        every_ms: i64,
-        /// A point of the grid (the time the job was added), so runs never drift.
-        anchor_ms: i64,
-    },
-    /// At the times a cron expression names, read in a time zone.
-    Cron {
-        /// The expression as given.
-        expr: String,
-    },
-}
-
-impl ScheduleRecord {
-    /// `at`, `every` or `cron`.
-    pub fn kind(&self) -> &'static str {
-        match self {
-            Self::At { .. } => "at",
-            Self::Every { .. } => "every",
-            Self::Cron { .. } => "cron",
-        }
+impl Database {
+    /// The jobs and their runs.
+    pub fn jobs(&self) -> Jobs<'_> {
+        Jobs { db: self }
     }
-}
-
-/// What to do about runs that fell due while no gateway was running.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub enum MissedPolicy {
-    /// Run once when the gateway starts, however many runs were missed (the default).
-    #[default]
-    RunOnce,
-    /// Skip them; run next at the next scheduled time.
-    Skip,
-}
-
-impl MissedPolicy {
-    /// The stored spelling: `run_once` or `skip`.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Self::RunOnce => "run_once",
-            Self::Skip => "skip",
-        }
-    }
-
-    fn parse(s: &str) -> Option<Self> {
-        match s {
-            "run_once" => Some(Self::RunOnce),
-            "skip" => Some(Self::Skip),
-            _ => None,
-        }
-    }
-}
-
-/// What a job does when it runs: an agent turn with this message.
-#[derive(Debug, Clone, PartialEq, Eq, Default)]
-pub struct JobPayload {
-    /// The message the agent receives.
-    pub message: String,
-    /// Whether the answer is delivered to a channel.
-    pub deliver: bool,
-    /// The channel to deliver to.
-    pub channel: Option<String>,
-    /// The recipient on that channel.
-    pub to: Option<String>,
-}
-
-/// How a run ended (or that it has not yet).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum RunStatus {
-    /// Started and not yet finished.
-    Running,
-    /// Finished and succeeded.
-    Ok,
-    /// Finished with an error.
-    Error,
-    /// Stopped before finishing (the process was shut down or died).
-    Interrupted,
-    /// Not run: the time was missed and the job's policy is to skip.
-    Skipped,
-}
-
-impl RunStatus {
-    /// The stored spelling.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Self::Running => "running",
-            Self::Ok => "ok",
-            Self::Error => "error",
-            Self::Interrupted => "interrupted",
-            Self::Skipped => "skipped",
-        }
-    }
-
-    fn parse(s: &str) -> Option<Self> {
-        Some(match s {
-            "running" => Self::Running,
-            "ok" => Self::Ok,
-            "error" => Self::Error,
-            "interrupted" => Self::Interrupted,
-            "skipped" => Self::Skipped,
-            _ => return None,
-        })
-    }
-}
-
-/// Why a run started.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum RunTrigger {
-    /// Its time came.
-    Schedule,
-    /// Its time passed while no gateway ran, and it runs once on start.
-    Missed,
-    /// Someone asked for it (`engram cron run`).
-    Manual,
-}
-
-impl RunTrigger {
-    /// The stored spelling.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Self::Schedule => "schedule",
-            Self::Missed => "missed",
-            Self::Manual => "manual",
-        }
-    }
-
-    fn parse(s: &str) -> Option<Self> {
-        Some(match s {
-            "schedule" => Self::Schedule,
-            "missed" => Self::Missed,
-            "manual" => Self::Manual,
-            _ => return None,
-        })
-    }
-}
-
-/// The mutable part of a job.
-#[derive(Debug, Clone, PartialEq, Eq, Default)]
-pub struct JobState {
-    /// When it runs next; `None` once it has nothing left to run.
-    pub next_run_at_ms: Option<i64>,
-    /// When its last run started.
-    pub last_run_at_ms: Option<i64>,
-    /// How its last run ended.
-    pub last_status: Option<RunStatus>,
-    /// The last run's error, if it failed.
-    pub last_error: Option<String>,
-    /// The run in progress, if any.
-    pub running_run_id: Option<i64>,
-}
-
-/// A scheduled job.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Job {
-    /// Short id, 8 hex digits.
-    pub id: String,
-    /// A name for people.
-    pub name: String,
-    /// Disabled jobs never run on their own.
-    pub enabled: bool,
-    /// When it runs.
-    pub schedule: ScheduleRecord,
-    /// The IANA time zone its schedule is read (and shown) in.
-    pub tz: String,
-    /// What it does.
-    pub payload: JobPayload,
-    /// The agent session its turns run in (default `cron:<id>`).
-    pub session_key: String,
-    /// What to do about missed runs.
-    pub missed: MissedPolicy,
-    /// Delete a one-shot job after it ran (otherwise it is disabled).
-    pub delete_after_run: bool,
-    /// Its state.
-    pub state: JobState,
-    /// When it was added.
-    pub created_at_ms: i64,
-    /// When it last changed.
-    pub updated_at_ms: i64,
-}
-
-/// A job to add.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct NewJob {
-    /// A name for people (not empty).
-    pub name: String,
-    /// When it runs.
-    pub schedule: ScheduleRecord,
-    /// The IANA time zone of the schedule.
-    pub tz: String,
-    /// What it does.
-    pub payload: JobPayload,
-    /// The session its turns run in; `None` means `cron:<id>`.
-    pub session_key: Option<String>,
-    /// What to do about missed runs.
-    pub missed: MissedPolicy,
-    /// Delete a one-shot job after it ran.
-    pub delete_after_run: bool,
-    /// Its first run, computed by the caller.
-    pub next_run_at_ms: i64,
-}
-
-/// One run of a job.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct JobRun {
-    /// The run's number (increasing).
-    pub id: i64,
-    /// The job.
-    pub job_id: String,
-    /// The job's name when it ran.
-    pub job_name: String,
-    /// Why it ran.
-    pub trigger: RunTrigger,
-    /// The scheduled time it ran for (none for manual runs).
-    pub scheduled_at_ms: Option<i64>,
-    /// When it started.
-    pub started_at_ms: i64,
-    /// When it finished.
-    pub finished_at_ms: Option<i64>,
-    /// How it ended.
-    pub status: RunStatus,
-    /// Its error, if it failed.
-    pub error: Option<String>,
-    /// The start of its output.
-    pub output: Option<String>,
-    /// The process that ran it.
-    pub runner_pid: Option<i64>,
-}
-
-impl JobRun {
-    /// How long it took, once finished.
-    pub fn duration_ms(&self) -> Option<i64> {
-        self.finished_at_ms.map(|f| f - self.started_at_ms)
-    }
-}
-
-/// What becomes of a job after a run.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum AfterRun {
-    /// Runs next at this time, or never again (`None`: the job is disabled).
-    Reschedule(Option<i64>),
-    /// A finished one-shot job that is kept, disabled.
-    Disable,
-    /// A finished one-shot job that is deleted (its run history stays).
-    Delete,
-    /// Leave the schedule alone (a manual run).
-    Keep,
-}
-
-/// How a run ended, to record.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct RunEnd {
-    /// How it ended (not `Running`).
-    pub status: RunStatus,
-    /// Its error.
-    pub error: Option<String>,
-    /// Its output (cut to [`RUN_OUTPUT_LIMIT`] characters).
-    pub output: Option<String>,
-    /// When it finished.
-    pub finished_at_ms: i64,
-}
-
-/// The jobs table on one database file, with its own connection.
-#[derive(Debug)]
-pub struct JobStore {
-    path: PathBuf,
-    busy_timeout: Duration,
-    conn: Mutex<Connection>,
 }
 
 const JOB_COLUMNS: &str = "id, name, enabled, schedule_kind, at_ms, every_ms, anchor_ms, \
-     cron_expr, tz, message, deliver, channel, recipient, session_key, missed, delete_after_run, \
-     next_run_at_ms, last_run_at_ms, last_status, last_error, running_run_id, created_at_ms, \
-     updated_at_ms";
+     cron_expr, tz, payload, session_key, missed, delete_after_run, next_run_at_ms, \
+     last_run_at_ms, last_status, last_error, running_run_id, created_at_ms, updated_at_ms";
 
 const RUN_COLUMNS: &str = "id, job_id, job_name, trigger, scheduled_at_ms, started_at_ms, \
      finished_at_ms, status, error, output, runner_pid";
 
-impl JobStore {
-    /// Opens the jobs of the database at `path` (created and migrated if needed).
-    pub fn open(path: impl AsRef<Path>) -> Result<Self, JobError> {
-        Self::open_with(path, StoreOptions::default())
-    }
-
-    /// Opens the jobs of the database at `path` with these options (only the busy timeout
-    /// matters here; times come from the caller).
-    pub fn open_with(path: impl AsRef<Path>, options: StoreOptions) -> Result<Self, JobError> {
-        let path = path.as_ref().to_path_buf();
-        let busy_timeout = options.busy_timeout;
-        // Opening the memory store creates the file, checks it is engram's and migrates it.
-        drop(SqliteStore::open_with(&path, options)?);
-        let map = |e| from_sqlite(e, &path, busy_timeout);
-        let flags = OpenFlags::SQLITE_OPEN_READ_WRITE | OpenFlags::SQLITE_OPEN_NO_MUTEX;
-        let conn = Connection::open_with_flags(&path, flags).map_err(map)?;
-        conn.busy_timeout(busy_timeout).map_err(map)?;
-        conn.execute_batch("PRAGMA synchronous = NORMAL; PRAGMA foreign_keys = ON;")
-            .map_err(map)?;
-        Ok(Self {
-            path,
-            busy_timeout,
-            conn: Mutex::new(conn),
-        })
-    }
-
-    /// The database file.
-    pub fn path(&self) -> &Path {
-        &self.path
-    }
-
+impl Jobs<'_> {
     fn err(&self, e: rusqlite::Error) -> JobError {
-        JobError::Store(from_sqlite(e, &self.path, self.busy_timeout))
-    }
-
-    fn lock(&self) -> MutexGuard<'_, Connection> {
-        // SQLite rolls back whatever a panicking holder left open.
-        self.conn.lock().unwrap_or_else(|e| e.into_inner())
+        JobError::Store(self.db.err(e))
     }
 
     /// Runs `f` in an immediate write transaction, committing when it returns Ok.
@@ -382,21 +47,11 @@ impl JobStore {
         &self,
         f: impl FnOnce(&Transaction<'_>) -> Result<T, JobError>,
     ) -> Result<T, JobError> {
-        let mut conn = self.lock();
-        let tx = conn
-            .transaction_with_behavior(TransactionBehavior::Immediate)
-            .map_err(|e| self.err(e))?;
-        let value = f(&tx)?;
-        tx.commit().map_err(|e| self.err(e))?;
-        Ok(value)
+        self.db.transaction(f)
     }
 
-    /// A number that changes whenever another connection (in any process) commits to the
-    /// database; cheap enough to ask every second.
-    pub fn data_version(&self) -> Result<i64, JobError> {
-        self.lock()
-            .pragma_query_value(None, "data_version", |r| r.get(0))
-            .map_err(|e| self.err(e))
+    fn read<T>(&self, f: impl FnOnce(&Connection) -> Result<T, JobError>) -> Result<T, JobError> {
+        self.db.reading(f)
     }
 
     /// Adds a job and returns it as stored.
@@ -404,9 +59,7 @@ impl JobStore {
         if new.name.trim().is_empty() {
             return Err(JobError::Invalid("a job needs a name".into()));
         }
-        if new.payload.message.trim().is_empty() {
-            return Err(JobError::Invalid("a job needs a message".into()));
-        }
+        let payload = Value::Object(new.payload.clone()).to_string();
         self.write(|tx| {
             let (at_ms, every_ms, anchor_ms, cron_expr) = match &new.schedule {
                 ScheduleRecord::At { at_ms } => (Some(*at_ms), None, None, None),
@@ -424,10 +77,9 @@ impl JobStore {
                     .unwrap_or_else(|| format!("cron:{id}"));
                 let inserted = tx.execute(
                     "INSERT OR IGNORE INTO jobs (id, name, enabled, schedule_kind, at_ms, every_ms, \
-                     anchor_ms, cron_expr, tz, message, deliver, channel, recipient, session_key, \
-                     missed, delete_after_run, next_run_at_ms, created_at_ms, updated_at_ms) \
-                     VALUES (?1, ?2, 1, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, \
-                     ?16, ?17, ?17)",
+                     anchor_ms, cron_expr, tz, payload, session_key, missed, delete_after_run, \
+                     next_run_at_ms, created_at_ms, updated_at_ms) \
+                     VALUES (?1, ?2, 1, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?14)",
                     params![
                         id,
                         new.name,
@@ -437,12 +89,9 @@ impl JobStore {
                         anchor_ms,
                         cron_expr,
                         new.tz,
-                        new.payload.message,
-                        new.payload.deliver,
-                        new.payload.channel,
-                        new.payload.to,
+                        payload,
                         session,
-                        new.missed.as_str(),
+                        new.missed,
                         new.delete_after_run,
                         new.next_run_at_ms,
                         now_ms,
@@ -475,7 +124,7 @@ impl JobStore {
 
     /// The job with this id.
     pub fn get(&self, id: &str) -> Result<Job, JobError> {
-        get_job(&self.lock(), id).map_err(|e| self.map_read(e, id))
+        self.read(|conn| get_job(conn, id).map_err(|e| self.map_read(e, id)))
     }
 
     /// All jobs (only enabled ones unless `include_disabled`), soonest first; jobs with no
@@ -498,26 +147,28 @@ impl JobStore {
     }
 
     fn query_jobs(&self, sql: &str, params: impl rusqlite::Params) -> Result<Vec<Job>, JobError> {
-        let conn = self.lock();
-        let mut stmt = conn.prepare_cached(sql).map_err(|e| self.err(e))?;
-        let mut rows = stmt.query(params).map_err(|e| self.err(e))?;
-        let mut jobs = Vec::new();
-        while let Some(row) = rows.next().map_err(|e| self.err(e))? {
-            let id: String = row.get(0).map_err(|e| self.err(e))?;
-            jobs.push(job_from_row(row).map_err(|e| self.map_read(e, &id))?);
-        }
-        Ok(jobs)
+        self.read(|conn| {
+            let mut stmt = conn.prepare_cached(sql).map_err(|e| self.err(e))?;
+            let mut rows = stmt.query(params).map_err(|e| self.err(e))?;
+            let mut jobs = Vec::new();
+            while let Some(row) = rows.next().map_err(|e| self.err(e))? {
+                let id: String = row.get(0).map_err(|e| self.err(e))?;
+                jobs.push(job_from_row(row).map_err(|e| self.map_read(e, &id))?);
+            }
+            Ok(jobs)
+        })
     }
 
     /// The earliest next run of an enabled job that is not running.
     pub fn next_wake(&self) -> Result<Option<i64>, JobError> {
-        self.lock()
-            .query_row(
+        self.read(|conn| {
+            conn.query_row(
                 "SELECT min(next_run_at_ms) FROM jobs WHERE enabled = 1 AND running_run_id IS NULL",
                 [],
                 |r| r.get(0),
             )
             .map_err(|e| self.err(e))
+        })
     }
 
     /// Removes a job and its run history.
@@ -630,8 +281,8 @@ impl JobStore {
     /// Records how a run ended and what becomes of its job, in one transaction. A job removed
     /// during its run stays removed.
     pub fn finish_run(&self, run: &JobRun, end: &RunEnd, after: AfterRun) -> Result<(), JobError> {
-        let output = end.output.as_deref().map(excerpt);
-        let error = end.error.as_deref().map(excerpt);
+        let output = end.output.as_deref().map(run_excerpt);
+        let error = end.error.as_deref().map(run_excerpt);
         self.write(|tx| {
             tx.execute(
                 "UPDATE job_runs SET status = ?2, error = ?3, output = ?4, finished_at_ms = ?5 \
@@ -782,7 +433,15 @@ impl JobStore {
 
     /// A job's runs, newest first.
     pub fn runs(&self, job_id: &str, limit: usize) -> Result<Vec<JobRun>, JobError> {
-        let conn = self.lock();
+        self.read(|conn| self.runs_in(conn, job_id, limit))
+    }
+
+    fn runs_in(
+        &self,
+        conn: &Connection,
+        job_id: &str,
+        limit: usize,
+    ) -> Result<Vec<JobRun>, JobError> {
         let sql = format!(
             "SELECT {RUN_COLUMNS} FROM job_runs WHERE job_id = ?1 ORDER BY id DESC LIMIT ?2"
         );
@@ -812,20 +471,14 @@ impl JobStore {
 
     /// One run.
     pub fn run(&self, run_id: i64) -> Result<JobRun, JobError> {
-        get_run(&self.lock(), run_id).map_err(|e| match e {
-            ReadError::Sql(rusqlite::Error::QueryReturnedNoRows) => {
-                JobError::NotFound(format!("run {run_id}"))
-            }
-            e => self.map_run(e),
+        self.read(|conn| {
+            get_run(conn, run_id).map_err(|e| match e {
+                ReadError::Sql(rusqlite::Error::QueryReturnedNoRows) => {
+                    JobError::NotFound(format!("run {run_id}"))
+                }
+                e => self.map_run(e),
+            })
         })
-    }
-}
-
-/// Cuts text to [`RUN_OUTPUT_LIMIT`] characters, marking the cut.
-fn excerpt(text: &str) -> String {
-    match text.char_indices().nth(RUN_OUTPUT_LIMIT) {
-        None => text.to_string(),
-        Some((cut, _)) => format!("{}…", &text[..cut]),
     }
 }
 
@@ -835,13 +488,12 @@ fn prune_runs(tx: &Transaction<'_>, job_id: &str, now_ms: i64) -> rusqlite::Resu
          (SELECT id FROM job_runs WHERE job_id = ?1 ORDER BY id DESC LIMIT 1 OFFSET ?2)",
         params![job_id, RUNS_KEPT_PER_JOB],
     )?;
-    // Runs of jobs that no longer exist are kept for 30 days, so a one-shot job's result can
-    // still be looked up after it deleted itself.
-    const ORPHAN_KEEP_MS: i64 = 30 * 24 * 3_600_000;
+    // Runs of jobs that no longer exist are kept a while, so a one-shot job's result can still
+    // be looked up after it deleted itself.
     tx.execute(
         "DELETE FROM job_runs WHERE started_at_ms < ?1 AND status <> 'running' AND \
          job_id NOT IN (SELECT id FROM jobs)",
-        [now_ms - ORPHAN_KEEP_MS],
+        [now_ms - ORPHAN_RUNS_KEPT_MS],
     )?;
     Ok(())
 }
@@ -913,38 +565,41 @@ fn job_from_row(row: &Row<'_>) -> Result<Job, ReadError> {
         },
         other => return Err(ReadError::Bad(format!("unknown schedule kind '{other}'"))),
     };
-    let missed: String = row.get(14)?;
-    let last_status: Option<String> = row.get(18)?;
+    let payload: String = row.get(9)?;
+    let payload = match serde_json::from_str(&payload) {
+        Ok(Value::Object(payload)) => payload,
+        Ok(_) => {
+            return Err(ReadError::Bad(
+                "the payload is not a JSON object".to_string(),
+            ));
+        }
+        Err(e) => return Err(ReadError::Bad(format!("the payload is not JSON: {e}"))),
+    };
+    let last_status: Option<String> = row.get(15)?;
     Ok(Job {
         id: row.get(0)?,
         name: row.get(1)?,
         enabled: row.get(2)?,
         schedule,
         tz: row.get(8)?,
-        payload: JobPayload {
-            message: row.get(9)?,
-            deliver: row.get(10)?,
-            channel: row.get(11)?,
-            to: row.get(12)?,
-        },
-        session_key: row.get(13)?,
-        missed: MissedPolicy::parse(&missed)
-            .ok_or_else(|| ReadError::Bad(format!("unknown missed-run policy '{missed}'")))?,
-        delete_after_run: row.get(15)?,
+        payload,
+        session_key: row.get(10)?,
+        missed: row.get(11)?,
+        delete_after_run: row.get(12)?,
         state: JobState {
-            next_run_at_ms: row.get(16)?,
-            last_run_at_ms: row.get(17)?,
+            next_run_at_ms: row.get(13)?,
+            last_run_at_ms: row.get(14)?,
             last_status: last_status
                 .map(|s| {
                     RunStatus::parse(&s)
                         .ok_or_else(|| ReadError::Bad(format!("unknown status '{s}'")))
                 })
                 .transpose()?,
-            last_error: row.get(19)?,
-            running_run_id: row.get(20)?,
+            last_error: row.get(16)?,
+            running_run_id: row.get(17)?,
         },
-        created_at_ms: row.get(21)?,
-        updated_at_ms: row.get(22)?,
+        created_at_ms: row.get(18)?,
+        updated_at_ms: row.get(19)?,
     })
 }
 
@@ -971,11 +626,13 @@ fn run_from_row(row: &Row<'_>) -> Result<JobRun, ReadError> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use engram_core::store::jobs::RUN_OUTPUT_LIMIT;
+    use serde_json::Map;
     use tempfile::TempDir;
 
-    fn store() -> (TempDir, JobStore) {
+    fn store() -> (TempDir, Database) {
         let dir = TempDir::new().unwrap();
-        let store = JobStore::open(dir.path().join("engram.db")).unwrap();
+        let store = Database::open(dir.path().join("engram.db")).unwrap();
         (dir, store)
     }
 
@@ -987,12 +644,9 @@ mod tests {
                 anchor_ms: 0,
             },
             tz: "UTC".into(),
-            payload: JobPayload {
-                message: format!("do {name}"),
-                ..JobPayload::default()
-            },
+            payload: Map::from_iter([("message".to_string(), Value::from(format!("do {name}")))]),
             session_key: None,
-            missed: MissedPolicy::RunOnce,
+            missed: "run_once".into(),
             delete_after_run: false,
             next_run_at_ms: next,
         }
@@ -1001,30 +655,35 @@ mod tests {
     #[test]
     fn a_job_round_trips_with_its_default_session() {
         let (_dir, store) = store();
-        let job = store.add(new_job("water", 1_000), 500).unwrap();
+        let job = store.jobs().add(new_job("water", 1_000), 500).unwrap();
         assert_eq!(job.id.len(), 8);
         assert_eq!(job.session_key, format!("cron:{}", job.id));
         assert_eq!(job.state.next_run_at_ms, Some(1_000));
-        assert_eq!(store.get(&job.id).unwrap(), job);
-        assert!(matches!(store.get("nope"), Err(JobError::NotFound(_))));
+        assert_eq!(store.jobs().get(&job.id).unwrap(), job);
+        assert!(matches!(
+            store.jobs().get("nope"),
+            Err(JobError::NotFound(_))
+        ));
     }
 
     #[test]
     fn an_occurrence_is_claimed_once() {
         let (_dir, store) = store();
-        let job = store.add(new_job("a", 1_000), 0).unwrap();
+        let job = store.jobs().add(new_job("a", 1_000), 0).unwrap();
         let run = store
+            .jobs()
             .start_run(&job.id, RunTrigger::Schedule, Some(1_000), 1_000, 1)
             .unwrap()
             .unwrap();
         assert!(
             store
+                .jobs()
                 .start_run(&job.id, RunTrigger::Schedule, Some(1_000), 1_001, 1)
                 .unwrap()
                 .is_none()
         );
         assert!(
-            store.due(5_000).unwrap().is_empty(),
+            store.jobs().due(5_000).unwrap().is_empty(),
             "a running job is not due"
         );
         let end = RunEnd {
@@ -1034,20 +693,22 @@ mod tests {
             finished_at_ms: 1_500,
         };
         store
+            .jobs()
             .finish_run(&run, &end, AfterRun::Reschedule(Some(61_000)))
             .unwrap();
-        let job = store.get(&job.id).unwrap();
+        let job = store.jobs().get(&job.id).unwrap();
         assert_eq!(job.state.next_run_at_ms, Some(61_000));
         assert_eq!(job.state.last_status, Some(RunStatus::Ok));
         assert_eq!(job.state.running_run_id, None);
         // The old occurrence cannot be claimed again.
         assert!(
             store
+                .jobs()
                 .start_run(&job.id, RunTrigger::Schedule, Some(1_000), 2_000, 1)
                 .unwrap()
                 .is_none()
         );
-        let runs = store.runs(&job.id, 10).unwrap();
+        let runs = store.jobs().runs(&job.id, 10).unwrap();
         assert_eq!(runs.len(), 1);
         assert_eq!(runs[0].duration_ms(), Some(500));
         assert_eq!(runs[0].output.as_deref(), Some("done"));
@@ -1056,31 +717,34 @@ mod tests {
     #[test]
     fn dead_runners_leave_interrupted_runs() {
         let (_dir, store) = store();
-        let job = store.add(new_job("a", 1_000), 0).unwrap();
+        let job = store.jobs().add(new_job("a", 1_000), 0).unwrap();
         store
+            .jobs()
             .start_run(&job.id, RunTrigger::Schedule, Some(1_000), 1_000, 4242)
             .unwrap()
             .unwrap();
         assert!(
             store
+                .jobs()
                 .recover_interrupted(2_000, |_| true)
                 .unwrap()
                 .is_empty()
         );
-        let stale = store.recover_interrupted(2_000, |_| false).unwrap();
+        let stale = store.jobs().recover_interrupted(2_000, |_| false).unwrap();
         assert_eq!(stale.len(), 1);
         assert_eq!(stale[0].status, RunStatus::Interrupted);
-        let job = store.get(&job.id).unwrap();
+        let job = store.jobs().get(&job.id).unwrap();
         assert_eq!(job.state.running_run_id, None);
         assert_eq!(job.state.next_run_at_ms, Some(1_000), "still due");
-        assert_eq!(store.due(2_000).unwrap().len(), 1);
+        assert_eq!(store.jobs().due(2_000).unwrap().len(), 1);
     }
 
     #[test]
     fn one_shot_jobs_are_deleted_but_their_runs_stay() {
         let (_dir, store) = store();
-        let job = store.add(new_job("once", 1_000), 0).unwrap();
+        let job = store.jobs().add(new_job("once", 1_000), 0).unwrap();
         let run = store
+            .jobs()
             .start_run(&job.id, RunTrigger::Schedule, Some(1_000), 1_000, 1)
             .unwrap()
             .unwrap();
@@ -1090,9 +754,15 @@ mod tests {
             output: None,
             finished_at_ms: 1_100,
         };
-        store.finish_run(&run, &end, AfterRun::Delete).unwrap();
-        assert!(matches!(store.get(&job.id), Err(JobError::NotFound(_))));
-        let runs = store.runs(&job.id, 10).unwrap();
+        store
+            .jobs()
+            .finish_run(&run, &end, AfterRun::Delete)
+            .unwrap();
+        assert!(matches!(
+            store.jobs().get(&job.id),
+            Err(JobError::NotFound(_))
+        ));
+        let runs = store.jobs().runs(&job.id, 10).unwrap();
         assert_eq!(runs[0].status, RunStatus::Error);
         assert_eq!(
             runs[0].error.as_ref().unwrap().chars().count(),
@@ -1103,39 +773,42 @@ mod tests {
     #[test]
     fn disabled_jobs_are_listed_only_when_asked() {
         let (_dir, store) = store();
-        let a = store.add(new_job("a", 2_000), 0).unwrap();
-        let b = store.add(new_job("b", 1_000), 0).unwrap();
-        store.set_enabled(&a.id, false, 10, |_| Ok(None)).unwrap();
+        let a = store.jobs().add(new_job("a", 2_000), 0).unwrap();
+        let b = store.jobs().add(new_job("b", 1_000), 0).unwrap();
+        store
+            .jobs()
+            .set_enabled(&a.id, false, 10, |_| Ok(None))
+            .unwrap();
         let enabled: Vec<_> = store
+            .jobs()
             .list(false)
             .unwrap()
             .into_iter()
             .map(|j| j.id)
             .collect();
         assert_eq!(enabled, vec![b.id.clone()]);
-        assert_eq!(store.list(true).unwrap().len(), 2);
-        assert_eq!(store.next_wake().unwrap(), Some(1_000));
+        assert_eq!(store.jobs().list(true).unwrap().len(), 2);
+        assert_eq!(store.jobs().next_wake().unwrap(), Some(1_000));
         let a = store
+            .jobs()
             .set_enabled(&a.id, true, 20, |_| Ok(Some(3_000)))
             .unwrap();
         assert!(a.enabled);
         assert_eq!(a.state.next_run_at_ms, Some(3_000));
-        store.remove(&b.id).unwrap();
-        assert_eq!(store.next_wake().unwrap(), Some(3_000));
+        store.jobs().remove(&b.id).unwrap();
+        assert_eq!(store.jobs().next_wake().unwrap(), Some(3_000));
     }
 
     #[test]
-    fn other_connections_change_the_data_version() {
+    fn every_commit_moves_the_data_version() {
         let (dir, store) = store();
-        let other = JobStore::open(dir.path().join("engram.db")).unwrap();
+        let other = Database::open(dir.path().join("engram.db")).unwrap();
         let before = store.data_version().unwrap();
-        store.add(new_job("mine", 1), 0).unwrap();
-        assert_eq!(
-            store.data_version().unwrap(),
-            before,
-            "own writes do not count"
-        );
-        other.add(new_job("theirs", 1), 0).unwrap();
-        assert_ne!(store.data_version().unwrap(), before);
+        other.jobs().add(new_job("theirs", 1), 0).unwrap();
+        let after = store.data_version().unwrap();
+        assert_ne!(after, before);
+        store.jobs().add(new_job("mine", 1), 0).unwrap();
+        assert_ne!(store.data_version().unwrap(), after, "own writes count too");
+        assert_eq!(store.try_data_version(), store.data_version().ok());
     }
 }

@@ -1,4 +1,8 @@
-//! engram's embedded store: memories, their audit trail and a full-text index in one SQLite file.
+//! engram's embedded storage engine: memories, their audit trail, a full-text index, vectors,
+//! jobs, API tokens and the knowledge graph in one SQLite file.
+//!
+//! [`SqliteStore`] implements every storage trait of engram-core (async, through the blocking
+//! pool); [`Database`] is the same file, synchronously.
 //!
 //! The file is opened in WAL mode with a busy timeout, so several processes can read and write it
 //! at once; every write runs in an immediate transaction, so two writers queue instead of
@@ -6,6 +10,7 @@
 //! program and a damaged file are each refused with their own message.
 
 mod ann;
+mod engine;
 mod error;
 pub mod fts;
 pub mod graph;
@@ -19,7 +24,8 @@ pub mod tokens;
 mod vectors;
 
 pub use ann::{IndexBuild, VectorIndexOptions, VectorIndexStats, VectorSearchCounts};
-pub use store::{SqliteStore, StoreOptions};
+pub use engine::SqliteStore;
+pub use store::{Database, ENGINE, StoreOptions};
 
 /// The database file's name inside ENGRAM_HOME.
 pub const DATABASE_FILE: &str = "engram.db";

@@ -257,6 +257,45 @@ pub const MIGRATIONS: &[&str] = &[
             ON CONFLICT (user_id) DO UPDATE SET generation = generation + 1;
     END;
     "#,
+    // 11: a job's payload is the scheduler's JSON object, which the store keeps and does not
+    // read (what a job does, and where its answer goes, is the scheduler's business), and the
+    // missed-run policy is the scheduler's word. The table is rebuilt without the columns
+    // message, deliver, channel and recipient; their values move into the payload under the
+    // names the scheduler gives them (message, deliver, channel, to).
+    r#"
+    CREATE TABLE jobs_v11 (
+        id               TEXT    PRIMARY KEY,
+        name             TEXT    NOT NULL,
+        enabled          INTEGER NOT NULL CHECK (enabled IN (0, 1)),
+        schedule_kind    TEXT    NOT NULL CHECK (schedule_kind IN ('at', 'every', 'cron')),
+        at_ms            INTEGER,
+        every_ms         INTEGER CHECK (every_ms > 0),
+        anchor_ms        INTEGER,
+        cron_expr        TEXT,
+        tz               TEXT    NOT NULL,
+        payload          TEXT    NOT NULL,  -- JSON object, as the scheduler wrote it
+        session_key      TEXT    NOT NULL,
+        missed           TEXT    NOT NULL,
+        delete_after_run INTEGER NOT NULL,
+        next_run_at_ms   INTEGER,
+        last_run_at_ms   INTEGER,
+        last_status      TEXT,
+        last_error       TEXT,
+        running_run_id   INTEGER,
+        created_at_ms    INTEGER NOT NULL,
+        updated_at_ms    INTEGER NOT NULL
+    );
+    INSERT INTO jobs_v11 SELECT id, name, enabled, schedule_kind, at_ms, every_ms, anchor_ms,
+        cron_expr, tz,
+        json_object('message', message, 'deliver', json(CASE WHEN deliver THEN 'true' ELSE 'false' END),
+                    'channel', channel, 'to', recipient),
+        session_key, missed, delete_after_run, next_run_at_ms, last_run_at_ms, last_status,
+        last_error, running_run_id, created_at_ms, updated_at_ms
+        FROM jobs;
+    DROP TABLE jobs;
+    ALTER TABLE jobs_v11 RENAME TO jobs;
+    CREATE INDEX jobs_next_run ON jobs (next_run_at_ms) WHERE enabled = 1;
+    "#,
 ];
 
 /// The schema version this build writes.
@@ -266,13 +305,11 @@ pub fn latest_version() -> u32 {
 
 #[cfg(test)]
 mod tests {
-    use engram_core::{
-        AddOutcome, BlockingMemoryStore, Filter, MemoryId, NewMemory, Scope, content_hash,
-    };
+    use engram_core::{AddOutcome, Filter, MemoryId, NewMemory, Scope, content_hash};
     use rusqlite::{Connection, params};
 
     use super::{APPLICATION_ID, MIGRATIONS};
-    use crate::SqliteStore;
+    use crate::Database;
 
     /// Writes a database as engram left it at schema version 8: the same text in one scope
     /// twice (once closed, once current) and a vector for that text.
@@ -331,7 +368,7 @@ mod tests {
         let (closed, current) = version_8_database(&path);
         assert!(index_names(&path).contains(&"memories_current_hash".to_string()));
 
-        let store = SqliteStore::open(&path).unwrap();
+        let store = Database::open(&path).unwrap();
         let names = index_names(&path);
         assert!(names.contains(&"memories_hash".to_string()), "{names:?}");
         assert!(!names.contains(&"memories_current_hash".to_string()));
@@ -387,5 +424,39 @@ mod tests {
             plan.iter().any(|step| step.contains("memories_hash")),
             "{plan:?}"
         );
+    }
+
+    #[test]
+    fn a_version_10_job_keeps_its_message_and_delivery_in_its_payload() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("engram.db");
+        {
+            let conn = Connection::open(&path).unwrap();
+            for sql in &MIGRATIONS[..10] {
+                conn.execute_batch(sql).unwrap();
+            }
+            conn.pragma_update(None, "user_version", 10).unwrap();
+            conn.pragma_update(None, "application_id", APPLICATION_ID)
+                .unwrap();
+            conn.execute(
+                "INSERT INTO jobs (id, name, enabled, schedule_kind, every_ms, anchor_ms, tz, \
+                 message, deliver, channel, recipient, session_key, missed, delete_after_run, \
+                 next_run_at_ms, created_at_ms, updated_at_ms) VALUES ('0badc0de', 'water', 1, \
+                 'every', 60000, 0, 'UTC', 'water the plants', 1, 'telegram', '42', \
+                 'cron:0badc0de', 'skip', 0, 60000, 5, 5)",
+                [],
+            )
+            .unwrap();
+        }
+        let store = Database::open(&path).unwrap();
+        let job = store.jobs().get("0badc0de").unwrap();
+        assert_eq!(
+            serde_json::Value::Object(job.payload),
+            serde_json::json!({"message": "water the plants", "deliver": true,
+                               "channel": "telegram", "to": "42"})
+        );
+        assert_eq!(job.missed, "skip");
+        assert_eq!(job.state.next_run_at_ms, Some(60_000));
+        assert_eq!(store.jobs().due(60_000).unwrap().len(), 1);
     }
 }

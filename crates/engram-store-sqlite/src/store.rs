@@ -1,15 +1,15 @@
-//! [`SqliteStore`]: the [`BlockingMemoryStore`] on one SQLite file.
+//! [`SqliteStore`]: the [`MemoryStore`] on one SQLite file.
 
 use std::collections::{HashMap, HashSet};
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
-use engram_core::store::{LexicalHit, MemoryPatch};
+use engram_core::store::{ExportCursor, LexicalHit, MemoryPatch};
 use engram_core::{
-    AddOutcome, BlockingMemoryStore, Clock, DayCount, DayCounter, Filter, HistoryEvent,
-    HistoryKind, InvalidMemory, Kind, Memory, MemoryId, NewMemory, StoreError, StoreStats,
-    SystemClock, UserCount, content_hash,
+    AddOutcome, Clock, DayCount, DayCounter, Filter, HistoryEvent, HistoryKind, InvalidMemory,
+    Kind, Memory, MemoryId, NewMemory, StoreError, StoreStats, SystemClock, UserCount,
+    content_hash,
 };
 use engram_core::{PendingText, StoredVector, VectorHit, VectorModelStats};
 use jiff::Timestamp;
@@ -52,16 +52,18 @@ impl Default for StoreOptions {
     }
 }
 
-/// Memories in a SQLite database file.
+/// One SQLite database file: memories, jobs, tokens and the graph, synchronously.
 ///
 /// One connection writes; reads take a connection from a small pool so searches run in parallel
-/// with each other and with writes (WAL mode).
+/// with each other and with writes (WAL mode). A connection of its own watches the file's data
+/// version, which moves whenever anyone (another process, or this handle's writer) commits.
 #[derive(Debug)]
-pub struct SqliteStore {
+pub struct Database {
     path: PathBuf,
     options: StoreOptions,
     writer: Mutex<Connection>,
     readers: Mutex<Vec<Connection>>,
+    watcher: Mutex<Connection>,
     /// In-process approximate vector indexes, one per model, loaded on demand (see `ann`).
     vector_indexes: VectorIndexes,
     /// Per-user facts that BM25 ranking scores and filters by (see `lexical_docs`).
@@ -74,7 +76,7 @@ pub const ENGINE: &str = "sqlite";
 /// Upper bound on idle read connections kept for reuse.
 const MAX_IDLE_READERS: usize = 8;
 
-impl SqliteStore {
+impl Database {
     /// Opens (creating if needed) the database at `path` with default options.
     pub fn open(path: impl AsRef<Path>) -> Result<Self, StoreError> {
         Self::open_with(path, StoreOptions::default())
@@ -92,11 +94,13 @@ impl SqliteStore {
         let mut writer = open_connection(&path, &options, true)?;
         migrate(&mut writer, &path, &options)?;
         let vector_indexes = VectorIndexes::new(&path, options.busy_timeout, options.vector_index);
+        let watcher = open_connection(&path, &options, false)?;
         Ok(Self {
             path,
             options,
             writer: Mutex::new(writer),
             readers: Mutex::new(Vec::new()),
+            watcher: Mutex::new(watcher),
             vector_indexes,
             lexical_docs: LexicalDocCache::default(),
         })
@@ -112,7 +116,8 @@ impl SqliteStore {
         &self.options.clock
     }
 
-    fn err(&self, e: rusqlite::Error) -> StoreError {
+    /// The store error for a SQLite error on this database.
+    pub(crate) fn err(&self, e: rusqlite::Error) -> StoreError {
         from_sqlite(e, &self.path, self.options.busy_timeout)
     }
 
@@ -125,6 +130,14 @@ impl SqliteStore {
         &self,
         f: impl FnOnce(&Transaction<'_>) -> Result<T, StoreError>,
     ) -> Result<T, StoreError> {
+        self.transaction(f)
+    }
+
+    /// [`Database::write`] for work with errors of its own (jobs, tokens, the graph).
+    pub(crate) fn transaction<T, E: From<StoreError>>(
+        &self,
+        f: impl FnOnce(&Transaction<'_>) -> Result<T, E>,
+    ) -> Result<T, E> {
         let mut conn = lock(&self.writer);
         let tx = conn
             .transaction_with_behavior(TransactionBehavior::Immediate)
@@ -132,6 +145,30 @@ impl SqliteStore {
         let value = f(&tx)?;
         tx.commit().map_err(|e| self.err(e))?;
         Ok(value)
+    }
+
+    /// Runs `f` on the writer connection outside any transaction of ours (a single statement
+    /// is its own transaction).
+    pub(crate) fn write_one<T, E: From<StoreError>>(
+        &self,
+        f: impl FnOnce(&Connection) -> Result<T, E>,
+    ) -> Result<T, E> {
+        f(&lock(&self.writer))
+    }
+
+    /// A number that moves whenever anyone commits to the file (another process, or this
+    /// handle's writer); waits for the watching connection if it is in use.
+    pub fn data_version(&self) -> Result<i64, StoreError> {
+        lock(&self.watcher)
+            .pragma_query_value(None, "data_version", |r| r.get(0))
+            .map_err(|e| self.err(e))
+    }
+
+    /// [`Database::data_version`] if the watching connection is free right now; never waits.
+    pub fn try_data_version(&self) -> Option<i64> {
+        let conn = self.watcher.try_lock().ok()?;
+        conn.pragma_query_value(None, "data_version", |r| r.get(0))
+            .ok()
     }
 
     /// Runs `f` as [`Self::write`] does, with the writer's page cache at `cache_kib` for the
@@ -162,6 +199,14 @@ impl SqliteStore {
         &self,
         f: impl FnOnce(&Connection) -> Result<T, StoreError>,
     ) -> Result<T, StoreError> {
+        self.reading(f)
+    }
+
+    /// [`Database::read`] for work with errors of its own (jobs, tokens, the graph).
+    pub(crate) fn reading<T, E: From<StoreError>>(
+        &self,
+        f: impl FnOnce(&Connection) -> Result<T, E>,
+    ) -> Result<T, E> {
         let pooled = lock(&self.readers).pop();
         let conn = match pooled {
             Some(conn) => conn,
@@ -462,7 +507,7 @@ impl SqliteStore {
 }
 
 // ---- The approximate vector index (ann/): loading, tuning and counting. ----
-impl SqliteStore {
+impl Database {
     /// Loads `model`'s in-process vector index now (unless it is loaded; waits for a build
     /// under way) and brings it up to date; a server calls this at start so that the first large
     /// search does not wait, and benchmarks to time the build.
@@ -864,8 +909,10 @@ fn record(
     Ok(())
 }
 
-impl BlockingMemoryStore for SqliteStore {
-    fn add(&self, memory: NewMemory, actor: &str) -> Result<AddOutcome, StoreError> {
+/// The memory operations, one per method of [`engram_core::MemoryStore`].
+impl Database {
+    /// See [`engram_core::MemoryStore::add`].
+    pub fn add(&self, memory: NewMemory, actor: &str) -> Result<AddOutcome, StoreError> {
         let now = self.now();
         self.write(|tx| {
             let mut stats = UserStatsDelta::default();
@@ -875,7 +922,8 @@ impl BlockingMemoryStore for SqliteStore {
         })
     }
 
-    fn add_many(
+    /// See [`engram_core::MemoryStore::add_many`].
+    pub fn add_many(
         &self,
         memories: Vec<NewMemory>,
         actor: &str,
@@ -902,11 +950,18 @@ impl BlockingMemoryStore for SqliteStore {
         })
     }
 
-    fn get(&self, id: MemoryId) -> Result<Memory, StoreError> {
+    /// See [`engram_core::MemoryStore::get`].
+    pub fn get(&self, id: MemoryId) -> Result<Memory, StoreError> {
         self.read(|conn| self.get_in(conn, id).map(|(_, m)| m))
     }
 
-    fn update(&self, id: MemoryId, patch: MemoryPatch, actor: &str) -> Result<Memory, StoreError> {
+    /// See [`engram_core::MemoryStore::update`].
+    pub fn update(
+        &self,
+        id: MemoryId,
+        patch: MemoryPatch,
+        actor: &str,
+    ) -> Result<Memory, StoreError> {
         let now = self.now();
         self.write(|tx| {
             let (rowid, mut memory) = self.get_in(tx, id)?;
@@ -988,7 +1043,8 @@ impl BlockingMemoryStore for SqliteStore {
         })
     }
 
-    fn invalidate(&self, id: MemoryId, actor: &str) -> Result<Memory, StoreError> {
+    /// See [`engram_core::MemoryStore::invalidate`].
+    pub fn invalidate(&self, id: MemoryId, actor: &str) -> Result<Memory, StoreError> {
         let now = self.now();
         self.write(|tx| {
             let (rowid, mut memory) = self.get_in(tx, id)?;
@@ -1017,7 +1073,8 @@ impl BlockingMemoryStore for SqliteStore {
         })
     }
 
-    fn delete(&self, id: MemoryId, actor: &str) -> Result<Memory, StoreError> {
+    /// See [`engram_core::MemoryStore::delete`].
+    pub fn delete(&self, id: MemoryId, actor: &str) -> Result<Memory, StoreError> {
         let now = self.now();
         self.write(|tx| {
             let (rowid, memory) = self.get_in(tx, id)?;
@@ -1041,7 +1098,8 @@ impl BlockingMemoryStore for SqliteStore {
         })
     }
 
-    fn history(&self, id: MemoryId) -> Result<Vec<HistoryEvent>, StoreError> {
+    /// See [`engram_core::MemoryStore::history`].
+    pub fn history(&self, id: MemoryId) -> Result<Vec<HistoryEvent>, StoreError> {
         let rows = self.read(|conn| {
             let mut stmt = conn
                 .prepare_cached(
@@ -1081,7 +1139,8 @@ impl BlockingMemoryStore for SqliteStore {
             .collect()
     }
 
-    fn list(
+    /// See [`engram_core::MemoryStore::list`].
+    pub fn list(
         &self,
         filter: &Filter,
         limit: usize,
@@ -1102,7 +1161,8 @@ impl BlockingMemoryStore for SqliteStore {
         })
     }
 
-    fn count(&self, filter: &Filter) -> Result<u64, StoreError> {
+    /// See [`engram_core::MemoryStore::count`].
+    pub fn count(&self, filter: &Filter) -> Result<u64, StoreError> {
         let (conditions, values) = filter_sql(filter, self.now())?;
         let sql = format!("SELECT count(*) FROM memories m WHERE {conditions}");
         self.read(|conn| {
@@ -1115,7 +1175,8 @@ impl BlockingMemoryStore for SqliteStore {
         })
     }
 
-    fn search_lexical(
+    /// See [`engram_core::MemoryStore::search_lexical`].
+    pub fn search_lexical(
         &self,
         filter: &Filter,
         query: &str,
@@ -1161,7 +1222,8 @@ impl BlockingMemoryStore for SqliteStore {
         })
     }
 
-    fn forget_user(&self, user_id: &str) -> Result<u64, StoreError> {
+    /// See [`engram_core::MemoryStore::forget_user`].
+    pub fn forget_user(&self, user_id: &str) -> Result<u64, StoreError> {
         self.write(|tx| {
             tx.execute(
                 "DELETE FROM memories_fts WHERE rowid IN \
@@ -1188,28 +1250,46 @@ impl BlockingMemoryStore for SqliteStore {
         })
     }
 
-    fn export(
+    /// See [`engram_core::MemoryStore::export_page`].
+    pub fn export_page(
         &self,
         user_id: &str,
-        sink: &mut dyn FnMut(Memory) -> Result<(), StoreError>,
-    ) -> Result<u64, StoreError> {
+        after: Option<ExportCursor>,
+        limit: usize,
+    ) -> Result<Vec<Memory>, StoreError> {
+        let (since, after_id) = match after {
+            Some(cursor) => (micros(cursor.created_at), cursor.id.to_string()),
+            None => (i64::MIN, String::new()),
+        };
         self.read(|conn| {
             let sql = format!(
                 "SELECT {MEMORY_COLUMNS} FROM memories m WHERE m.user_id = ?1 \
-                 ORDER BY m.created_at, m.rowid"
+                 AND m.created_at >= ?2 AND (m.created_at > ?2 OR m.id > ?3) \
+                 ORDER BY m.created_at, m.id LIMIT ?4"
             );
-            let mut stmt = conn.prepare(&sql).map_err(|e| self.err(e))?;
-            let mut rows = stmt.query([user_id]).map_err(|e| self.err(e))?;
-            let mut count = 0;
-            while let Some(row) = rows.next().map_err(|e| self.err(e))? {
-                sink(memory_from_row(row).map_err(|e| self.err(e))?)?;
-                count += 1;
-            }
-            Ok(count)
+            conn.prepare_cached(&sql)
+                .and_then(|mut stmt| {
+                    stmt.query_map(
+                        params![user_id, since, after_id, clamp_i64(limit)],
+                        memory_from_row,
+                    )?
+                    .collect()
+                })
+                .map_err(|e| self.err(e))
         })
     }
 
-    fn stats(&self) -> Result<StoreStats, StoreError> {
+    /// See [`engram_core::MemoryStore::owner`].
+    pub fn owner(&self, id: MemoryId) -> Result<Option<String>, StoreError> {
+        self.read(|conn| {
+            conn.prepare_cached("SELECT user_id FROM history WHERE memory_id = ?1 LIMIT 1")
+                .and_then(|mut stmt| stmt.query_row([id.to_string()], |r| r.get(0)).optional())
+                .map_err(|e| self.err(e))
+        })
+    }
+
+    /// See [`engram_core::MemoryStore::stats`].
+    pub fn stats(&self) -> Result<StoreStats, StoreError> {
         let now = micros(self.now());
         let mut stats = self.read(|conn| {
             let q = |sql: &str| -> Result<u64, StoreError> {
@@ -1256,7 +1336,8 @@ impl BlockingMemoryStore for SqliteStore {
         Ok(stats)
     }
 
-    fn users(&self) -> Result<Vec<UserCount>, StoreError> {
+    /// See [`engram_core::MemoryStore::users`].
+    pub fn users(&self) -> Result<Vec<UserCount>, StoreError> {
         // One walk of the (user_id, created_at) index; no row is read.
         self.read(|conn| {
             conn.prepare_cached(
@@ -1275,7 +1356,8 @@ impl BlockingMemoryStore for SqliteStore {
         })
     }
 
-    fn count_by_day(
+    /// See [`engram_core::MemoryStore::count_by_day`].
+    pub fn count_by_day(
         &self,
         filter: &Filter,
         time_zone: &jiff::tz::TimeZone,
@@ -1304,7 +1386,8 @@ impl BlockingMemoryStore for SqliteStore {
         Ok(counter.finish())
     }
 
-    fn put_vectors(
+    /// See [`engram_core::MemoryStore::put_vectors`].
+    pub fn put_vectors(
         &self,
         model: &str,
         dimension: usize,
@@ -1356,7 +1439,8 @@ impl BlockingMemoryStore for SqliteStore {
         })
     }
 
-    fn texts_without_vectors(
+    /// See [`engram_core::MemoryStore::texts_without_vectors`].
+    pub fn texts_without_vectors(
         &self,
         model: &str,
         after: Option<&str>,
@@ -1382,7 +1466,8 @@ impl BlockingMemoryStore for SqliteStore {
         })
     }
 
-    fn count_without_vectors(&self, model: &str) -> Result<u64, StoreError> {
+    /// See [`engram_core::MemoryStore::count_without_vectors`].
+    pub fn count_without_vectors(&self, model: &str) -> Result<u64, StoreError> {
         self.read(|conn| {
             conn.prepare_cached(
                 "SELECT count(DISTINCT m.content_hash) FROM memories m WHERE NOT EXISTS \
@@ -1394,7 +1479,8 @@ impl BlockingMemoryStore for SqliteStore {
         })
     }
 
-    fn vector_search(
+    /// See [`engram_core::MemoryStore::vector_search`].
+    pub fn vector_search(
         &self,
         model: &str,
         filter: &Filter,
@@ -1410,7 +1496,8 @@ impl BlockingMemoryStore for SqliteStore {
         })
     }
 
-    fn vector_models(&self) -> Result<Vec<VectorModelStats>, StoreError> {
+    /// See [`engram_core::MemoryStore::vector_models`].
+    pub fn vector_models(&self) -> Result<Vec<VectorModelStats>, StoreError> {
         self.read(|conn| {
             conn.prepare_cached(
                 "SELECT em.model, em.dimension, \

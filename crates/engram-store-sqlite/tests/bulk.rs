@@ -2,8 +2,8 @@
 //! Large batches (an import's): the writer stores them with a larger page cache, and they keep
 //! every promise a small batch makes.
 
-use engram_core::{AddOutcome, BlockingMemoryStore, Filter, NewMemory, Scope, StoreError};
-use engram_store_sqlite::{SqliteStore, StoreOptions};
+use engram_core::{AddOutcome, Filter, NewMemory, Scope, StoreError};
+use engram_store_sqlite::{Database as SqliteStore, StoreOptions};
 use tempfile::TempDir;
 
 /// Larger than the store's threshold for a bulk batch.

@@ -5,11 +5,11 @@ use std::sync::Arc;
 
 use engram_core::store::MemoryPatch;
 use engram_core::{
-    AddOutcome, BlockingMemoryStore, Clock, FixedClock, HistoryKind, Importance, Kind, MemoryId,
-    NewMemory, Scope, StoreError,
+    AddOutcome, Clock, FixedClock, HistoryKind, Importance, Kind, MemoryId, NewMemory, Scope,
+    StoreError,
 };
 use engram_core::{Filter, MetaCondition};
-use engram_store_sqlite::{SqliteStore, StoreOptions};
+use engram_store_sqlite::{Database as SqliteStore, StoreOptions};
 use jiff::{SignedDuration, Timestamp};
 use serde_json::json;
 use tempfile::TempDir;
@@ -425,15 +425,12 @@ fn export_hands_over_everything_oldest_first() {
     f.store.add(old, "test").unwrap();
     let closed = add(&f.store, "u", "closed");
     f.store.invalidate(closed, "test").unwrap();
-    let mut seen = Vec::new();
-    let n = f
+    let first = f.store.export_page("u", None, 1).unwrap();
+    let rest = f
         .store
-        .export("u", &mut |m| {
-            seen.push(m.text);
-            Ok(())
-        })
+        .export_page("u", Some(engram_core::ExportCursor::after(&first[0])), 10)
         .unwrap();
-    assert_eq!(n, 2);
+    let seen: Vec<_> = first.iter().chain(&rest).map(|m| m.text.as_str()).collect();
     assert_eq!(seen, ["old", "closed"]);
 }
 

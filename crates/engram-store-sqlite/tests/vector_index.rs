@@ -9,10 +9,10 @@ use std::sync::Arc;
 
 use engram_core::store::MemoryPatch;
 use engram_core::{
-    AddOutcome, BlockingMemoryStore, Filter, FixedClock, Importance, Kind, MemoryId, MetaCondition,
-    NewMemory, Scope, StoredVector, VectorHit,
+    AddOutcome, Filter, FixedClock, Importance, Kind, MemoryId, MetaCondition, NewMemory, Scope,
+    StoredVector, VectorHit,
 };
-use engram_store_sqlite::{IndexBuild, SqliteStore, StoreOptions, VectorIndexOptions};
+use engram_store_sqlite::{Database as SqliteStore, IndexBuild, StoreOptions, VectorIndexOptions};
 use jiff::{SignedDuration, Timestamp};
 use proptest::prelude::*;
 use serde_json::json;

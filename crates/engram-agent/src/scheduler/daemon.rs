@@ -16,7 +16,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
-use engram_store_sqlite::jobs::JobRun;
+use engram_core::store::jobs::JobRun;
 use engram_workspace::Workspace;
 use jiff::{SignedDuration, Timestamp};
 use tokio::sync::watch;
@@ -177,13 +177,13 @@ impl Gateway {
     /// used at the start; later store failures are reported and retried.
     pub async fn run(self, shutdown: impl Future<Output = ()>) -> Result<(), SchedulerError> {
         let started = self.scheduler.now();
-        for run in self.scheduler.recover_interrupted()? {
+        for run in self.scheduler.recover_interrupted().await? {
             (self.log)(&GatewayEvent::Recovered(run));
         }
         let store = self.scheduler.store().clone();
-        let mut version = store.data_version()?;
+        let mut version = store.change_version().await?;
         (self.log)(&GatewayEvent::Started {
-            jobs: store.list(false)?.len(),
+            jobs: store.list(false).await?.len(),
             heartbeat: self.options.heartbeat.is_some(),
         });
 
@@ -210,9 +210,10 @@ impl Gateway {
                 look = true;
             }
             if look {
-                self.start_due_jobs(started, &mut tasks, &mut in_flight, &cancel_rx);
+                self.start_due_jobs(started, &mut tasks, &mut in_flight, &cancel_rx)
+                    .await;
                 planned_wake = if tasks.len() < self.options.max_concurrent_runs {
-                    match self.scheduler.next_wake() {
+                    match self.scheduler.next_wake().await {
                         // A due job that could not start (claimed elsewhere a moment ago)
                         // is looked at again at the next change check, not in a busy loop.
                         Ok(wake) => wake.filter(|wake| *wake > now),
@@ -273,7 +274,7 @@ impl Gateway {
                     look = true;
                 }
                 () = tokio::time::sleep(sleep) => {
-                    match store.data_version() {
+                    match store.change_version().await {
                         Ok(v) if v != version => {
                             version = v;
                             look = true;
@@ -333,14 +334,14 @@ impl Gateway {
         }
     }
 
-    fn start_due_jobs(
+    async fn start_due_jobs(
         &self,
         started: Timestamp,
         tasks: &mut JoinSet<Done>,
         in_flight: &mut HashSet<String>,
         cancel: &watch::Receiver<bool>,
     ) {
-        let due = match self.scheduler.due() {
+        let due = match self.scheduler.due().await {
             Ok(due) => due,
             Err(e) => {
                 (self.log)(&GatewayEvent::Problem(e.to_string()));
@@ -353,7 +354,7 @@ impl Gateway {
             }
             let trigger = match due_action(&job, started) {
                 DueAction::Skip => {
-                    match self.scheduler.skip_missed(&job) {
+                    match self.scheduler.skip_missed(&job).await {
                         Ok(true) => (self.log)(&GatewayEvent::Skipped {
                             job_id: job.id.clone(),
                             job_name: job.name.clone(),
@@ -371,7 +372,7 @@ impl Gateway {
                 break;
             }
             // Claimed here, before the task starts, so the next look cannot start it twice.
-            let run = match self.scheduler.start(&job, trigger) {
+            let run = match self.scheduler.start(&job, trigger).await {
                 Ok(Some(run)) => run,
                 Ok(None) => continue,
                 Err(e) => {

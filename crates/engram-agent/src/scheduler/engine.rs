@@ -7,13 +7,14 @@
 use std::sync::Arc;
 
 use engram_core::Clock;
-use engram_store_sqlite::jobs::{
-    AfterRun, Job, JobError, JobRun, JobStore, MissedPolicy, RunEnd, RunStatus, RunTrigger,
+use engram_core::store::jobs::{
+    AfterRun, Job, JobError, JobRun, JobStore, RunEnd, RunStatus, RunTrigger,
 };
 use jiff::{SignedDuration, Timestamp};
 use tokio::sync::watch;
 
-use super::runner::{Turn, TurnOrigin, TurnRunner};
+use super::job::{JobPayload, MissedPolicy};
+use super::runner::{Turn, TurnError, TurnOrigin, TurnRunner};
 use super::schedule::{
     JobRequest, Schedule, ScheduleError, ZonedSchedule, after_scheduled_run, millis,
 };
@@ -48,7 +49,8 @@ pub fn due_action(job: &Job, gateway_started: Timestamp) -> DueAction {
     let missed = job.state.next_run_at_ms.is_some_and(|due| {
         due < gateway_started.as_millisecond() - MISSED_GRACE.as_millis() as i64
     });
-    match (missed, job.missed) {
+    // A policy this build cannot read falls back to the default.
+    match (missed, MissedPolicy::of(job).unwrap_or_default()) {
         (false, _) => DueAction::Run(RunTrigger::Schedule),
         (true, MissedPolicy::RunOnce) => DueAction::Run(RunTrigger::Missed),
         (true, MissedPolicy::Skip) => DueAction::Skip,
@@ -65,17 +67,29 @@ pub struct FinishedRun {
 }
 
 /// The jobs, their schedules and their runs.
-#[derive(Debug, Clone)]
+#[derive(Clone)]
 pub struct Scheduler {
-    store: Arc<JobStore>,
+    store: Arc<dyn JobStore>,
     clock: Arc<dyn Clock>,
     default_zone: Option<String>,
+}
+
+impl std::fmt::Debug for Scheduler {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Scheduler")
+            .field("default_zone", &self.default_zone)
+            .finish_non_exhaustive()
+    }
 }
 
 impl Scheduler {
     /// A scheduler over `store`, telling time by `clock`; schedules without a zone use
     /// `default_zone` (from `[scheduler] timezone`), else the system's zone.
-    pub fn new(store: Arc<JobStore>, clock: Arc<dyn Clock>, default_zone: Option<String>) -> Self {
+    pub fn new(
+        store: Arc<dyn JobStore>,
+        clock: Arc<dyn Clock>,
+        default_zone: Option<String>,
+    ) -> Self {
         Self {
             store,
             clock,
@@ -84,7 +98,7 @@ impl Scheduler {
     }
 
     /// The job store.
-    pub fn store(&self) -> &Arc<JobStore> {
+    pub fn store(&self) -> &Arc<dyn JobStore> {
         &self.store
     }
 
@@ -108,67 +122,69 @@ impl Scheduler {
     }
 
     /// Checks a request and adds the job.
-    pub fn add(&self, request: &JobRequest) -> Result<Job, SchedulerError> {
+    pub async fn add(&self, request: &JobRequest) -> Result<Job, SchedulerError> {
         let now = self.now();
         let (new, _) = request.prepare(now, self.default_zone.as_deref())?;
-        Ok(self.store.add(new, now.as_millisecond())?)
+        Ok(self.store.add(new, now.as_millisecond()).await?)
     }
 
     /// One job.
-    pub fn get(&self, id: &str) -> Result<Job, SchedulerError> {
-        Ok(self.store.get(id)?)
+    pub async fn get(&self, id: &str) -> Result<Job, SchedulerError> {
+        Ok(self.store.get(id).await?)
     }
 
     /// Jobs, soonest first (disabled ones too if `all`).
-    pub fn list(&self, all: bool) -> Result<Vec<Job>, SchedulerError> {
-        Ok(self.store.list(all)?)
+    pub async fn list(&self, all: bool) -> Result<Vec<Job>, SchedulerError> {
+        Ok(self.store.list(all).await?)
     }
 
     /// Removes a job and its history.
-    pub fn remove(&self, id: &str) -> Result<Job, SchedulerError> {
-        Ok(self.store.remove(id)?)
+    pub async fn remove(&self, id: &str) -> Result<Job, SchedulerError> {
+        Ok(self.store.remove(id).await?)
     }
 
     /// Enables a job (computing its next run from now) or disables it.
-    pub fn set_enabled(&self, id: &str, enabled: bool) -> Result<Job, SchedulerError> {
+    pub async fn set_enabled(&self, id: &str, enabled: bool) -> Result<Job, SchedulerError> {
         let now = self.now();
-        let job = self
+        let next_run = Box::new(move |job: &Job| {
+            ZonedSchedule::of_job(job)
+                .and_then(|zoned| zoned.first_run(now))
+                .map(|next| Some(next.as_millisecond()))
+                .map_err(|e| JobError::Invalid(e.to_string()))
+        });
+        Ok(self
             .store
-            .set_enabled(id, enabled, now.as_millisecond(), |job| {
-                ZonedSchedule::of_job(job)
-                    .and_then(|zoned| zoned.first_run(now))
-                    .map(|next| Some(next.as_millisecond()))
-                    .map_err(|e| JobError::Invalid(e.to_string()))
-            })?;
-        Ok(job)
+            .set_enabled(id, enabled, now.as_millisecond(), next_run)
+            .await?)
     }
 
     /// A job's runs, newest first.
-    pub fn runs(&self, id: &str, limit: usize) -> Result<Vec<JobRun>, SchedulerError> {
-        Ok(self.store.runs(id, limit)?)
+    pub async fn runs(&self, id: &str, limit: usize) -> Result<Vec<JobRun>, SchedulerError> {
+        Ok(self.store.runs(id, limit).await?)
     }
 
     /// Marks runs left behind by processes that died as interrupted, and returns them. Their
     /// jobs are due again, so the missed-run policy applies when the gateway looks at them.
-    pub fn recover_interrupted(&self) -> Result<Vec<JobRun>, SchedulerError> {
+    pub async fn recover_interrupted(&self) -> Result<Vec<JobRun>, SchedulerError> {
         Ok(self
             .store
-            .recover_interrupted(self.now_ms(), process_is_alive)?)
+            .recover_interrupted(self.now_ms(), Box::new(process_is_alive))
+            .await?)
     }
 
     /// Enabled jobs due now that are not running.
-    pub fn due(&self) -> Result<Vec<Job>, SchedulerError> {
-        Ok(self.store.due(self.now_ms())?)
+    pub async fn due(&self) -> Result<Vec<Job>, SchedulerError> {
+        Ok(self.store.due(self.now_ms()).await?)
     }
 
     /// The earliest next run of an enabled job that is not running.
-    pub fn next_wake(&self) -> Result<Option<Timestamp>, SchedulerError> {
-        Ok(self.store.next_wake()?.map(millis))
+    pub async fn next_wake(&self) -> Result<Option<Timestamp>, SchedulerError> {
+        Ok(self.store.next_wake().await?.map(millis))
     }
 
     /// Skips a missed occurrence of `job` (recorded in its history) and moves it to its next
     /// run; one-shot jobs end as after a run. False if the job changed meanwhile.
-    pub fn skip_missed(&self, job: &Job) -> Result<bool, SchedulerError> {
+    pub async fn skip_missed(&self, job: &Job) -> Result<bool, SchedulerError> {
         let Some(due) = job.state.next_run_at_ms else {
             return Ok(false);
         };
@@ -176,24 +192,32 @@ impl Scheduler {
         let after = after_scheduled_run(job, now);
         Ok(self
             .store
-            .skip_missed(&job.id, due, now.as_millisecond(), after)?)
+            .skip_missed(&job.id, due, now.as_millisecond(), after)
+            .await?)
     }
 
     /// Claims and records the start of a run of `job`. `None` when the occurrence was taken by
     /// another process or the job changed since it was read. A manual run fails if the job is
     /// already running.
-    pub fn start(&self, job: &Job, trigger: RunTrigger) -> Result<Option<JobRun>, SchedulerError> {
+    pub async fn start(
+        &self,
+        job: &Job,
+        trigger: RunTrigger,
+    ) -> Result<Option<JobRun>, SchedulerError> {
         let expected = match trigger {
             RunTrigger::Manual => None,
             _ => job.state.next_run_at_ms,
         };
-        Ok(self.store.start_run(
-            &job.id,
-            trigger,
-            expected,
-            self.now_ms(),
-            std::process::id(),
-        )?)
+        Ok(self
+            .store
+            .start_run(
+                &job.id,
+                trigger,
+                expected,
+                self.now_ms(),
+                std::process::id(),
+            )
+            .await?)
     }
 
     /// Runs a started run's turn and records how it ended and what becomes of the job. If
@@ -205,21 +229,27 @@ impl Scheduler {
         runner: &dyn TurnRunner,
         cancel: Option<watch::Receiver<bool>>,
     ) -> Result<FinishedRun, SchedulerError> {
-        let turn = Turn {
-            session_key: job.session_key.clone(),
-            message: job.payload.message.clone(),
-            history_limit: None,
-            origin: TurnOrigin::Job {
-                id: job.id.clone(),
-                name: job.name.clone(),
-            },
-        };
-        let outcome = match cancel {
-            Some(mut cancel) => tokio::select! {
-                result = runner.run_turn(turn) => Some(result),
-                _ = cancel.wait_for(|stop| *stop) => None,
-            },
-            None => Some(runner.run_turn(turn).await),
+        let outcome = match JobPayload::of(job) {
+            // A payload this build cannot read fails the run, and says why.
+            Err(e) => Some(Err(TurnError(e.to_string()))),
+            Ok(payload) => {
+                let turn = Turn {
+                    session_key: job.session_key.clone(),
+                    message: payload.message,
+                    history_limit: None,
+                    origin: TurnOrigin::Job {
+                        id: job.id.clone(),
+                        name: job.name.clone(),
+                    },
+                };
+                match cancel {
+                    Some(mut cancel) => tokio::select! {
+                        result = runner.run_turn(turn) => Some(result),
+                        _ = cancel.wait_for(|stop| *stop) => None,
+                    },
+                    None => Some(runner.run_turn(turn).await),
+                }
+            }
         };
         let finished = self.now();
         let (status, output, error) = match outcome {
@@ -244,8 +274,8 @@ impl Scheduler {
             output: output.clone(),
             finished_at_ms: finished.as_millisecond(),
         };
-        self.store.finish_run(run, &end, after)?;
-        let recorded = match self.store.run(run.id) {
+        self.store.finish_run(run, &end, after).await?;
+        let recorded = match self.store.run(run.id).await {
             Ok(recorded) => recorded,
             // Removed with its job meanwhile: report what was recorded.
             Err(_) => JobRun {
@@ -268,9 +298,10 @@ impl Scheduler {
         id: &str,
         runner: &dyn TurnRunner,
     ) -> Result<FinishedRun, SchedulerError> {
-        let job = self.store.get(id)?;
+        let job = self.store.get(id).await?;
         let run = self
-            .start(&job, RunTrigger::Manual)?
+            .start(&job, RunTrigger::Manual)
+            .await?
             .ok_or_else(|| JobError::AlreadyRunning(id.to_string()))?;
         self.execute(&job, &run, runner, None).await
     }
@@ -284,13 +315,13 @@ impl Scheduler {
         gateway_started: Timestamp,
     ) -> Result<Vec<FinishedRun>, SchedulerError> {
         let mut finished = Vec::new();
-        for job in self.due()? {
+        for job in self.due().await? {
             match due_action(&job, gateway_started) {
                 DueAction::Skip => {
-                    self.skip_missed(&job)?;
+                    self.skip_missed(&job).await?;
                 }
                 DueAction::Run(trigger) => {
-                    if let Some(run) = self.start(&job, trigger)? {
+                    if let Some(run) = self.start(&job, trigger).await? {
                         finished.push(self.execute(&job, &run, runner, None).await?);
                     }
                 }

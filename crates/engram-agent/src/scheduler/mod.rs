@@ -4,8 +4,9 @@
 //! - [`cron`]: cron expressions (validated when added; DST rules in its documentation).
 //! - [`schedule`]: `at` / `every` / `cron` schedules, time zones, and [`JobRequest`], the one
 //!   way a job is described by the command line and by the agent's tool.
-//! - [`engine`]: [`Scheduler`], over the SQLite job store
-//!   ([`engram_store_sqlite::jobs::JobStore`]) with an injected clock.
+//! - [`job`]: what a job does ([`JobPayload`]) and its [`MissedPolicy`], as the store keeps them.
+//! - [`engine`]: [`Scheduler`], over any job store ([`engram_core::store::jobs::JobStore`])
+//!   with an injected clock.
 //! - [`daemon`]: [`Gateway`], the long-running loop.
 //! - [`heartbeat`]: when HEARTBEAT.md has tasks.
 //! - [`runner`]: [`TurnRunner`], how a turn is run without knowing the agent.
@@ -16,11 +17,12 @@
 //! # use std::sync::Arc;
 //! # use engram_agent::scheduler::*;
 //! # async fn demo() -> Result<(), Box<dyn std::error::Error>> {
-//! let store = Arc::new(engram_store_sqlite::jobs::JobStore::open("/home/me/.engram/engram.db")?);
-//! let scheduler = Scheduler::new(store, Arc::new(engram_core::SystemClock), None);
+//! # let jobs: Arc<dyn engram_core::store::jobs::JobStore> = unimplemented!();
+//! // `jobs`: the backend's job store, opened once by the program.
+//! let scheduler = Scheduler::new(jobs, Arc::new(engram_core::SystemClock), None);
 //! let request = JobRequest::new("standup", "Summarise yesterday's commits",
 //!     ScheduleInput::Cron("0 9 * * mon-fri".into()));
-//! let job = scheduler.add(&request)?;
+//! let job = scheduler.add(&request).await?;
 //! let gateway = Gateway::new(scheduler, Arc::new(EchoRunner), GatewayOptions::default(),
 //!     Arc::new(|event: &GatewayEvent| eprintln!("{event:?}")));
 //! gateway.run(async { let _ = tokio::signal::ctrl_c().await; }).await?;
@@ -31,6 +33,7 @@ pub mod cron;
 pub mod daemon;
 pub mod engine;
 pub mod heartbeat;
+pub mod job;
 pub mod runner;
 pub mod schedule;
 pub mod tool;
@@ -46,6 +49,7 @@ pub use engine::{DueAction, FinishedRun, MISSED_GRACE, Scheduler, SchedulerError
 pub use heartbeat::{
     DEFAULT_HEARTBEAT_MINUTES, HEARTBEAT_FILE, HEARTBEAT_HISTORY_LIMIT, HEARTBEAT_SESSION,
 };
+pub use job::{JobPayload, MissedPolicy};
 pub use runner::{EchoRunner, Turn, TurnError, TurnOrigin, TurnRunner};
 pub use schedule::{JobRequest, Schedule, ScheduleError, ScheduleInput, ZonedSchedule};
 pub use tool::CronTool;

@@ -1,6 +1,8 @@
 //! Schedules: reading what a person or a model wrote, checking it at once, and computing runs.
 
-use engram_store_sqlite::jobs::{AfterRun, Job, JobPayload, MissedPolicy, NewJob, ScheduleRecord};
+use engram_core::store::jobs::{AfterRun, Job, NewJob, ScheduleRecord};
+
+use super::job::{JobPayload, MissedPolicy};
 use jiff::civil::{Date, DateTime};
 use jiff::tz::TimeZone;
 use jiff::{SignedDuration, Timestamp};
@@ -407,9 +409,10 @@ impl JobRequest {
                 deliver: self.deliver_to.is_some(),
                 channel,
                 to,
-            },
+            }
+            .to_record(),
             session_key: self.session_key.clone(),
-            missed: self.missed,
+            missed: self.missed.as_str().to_string(),
             delete_after_run: matches!(zoned.schedule, Schedule::At(_)) && !self.keep_after_run,
             next_run_at_ms: first.as_millisecond(),
         };

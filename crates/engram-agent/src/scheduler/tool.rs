@@ -1,16 +1,16 @@
 //! The agent's `cron` tool: add, list and remove scheduled jobs, by the same rules as
 //! `engram cron`.
 
+use super::job::MissedPolicy;
 use async_trait::async_trait;
 use engram_core::{Tool, ToolOutput};
-use engram_store_sqlite::jobs::MissedPolicy;
 use serde::Deserialize;
 use serde_json::{Value, json};
 
 use super::engine::Scheduler;
 use super::schedule::{JobRequest, ScheduleInput};
 use super::view::{job_line, job_view};
-use crate::tools::{parse_args, run_blocking};
+use crate::tools::parse_args;
 
 /// The `cron` tool. Build it with [`CronTool::new`] and register it with the agent's
 /// [`ToolRegistry`](crate::tools::ToolRegistry).
@@ -82,20 +82,19 @@ impl Tool for CronTool {
             Ok(args) => args,
             Err(output) => return output,
         };
-        let scheduler = self.scheduler.clone();
-        run_blocking(move || match args.action.as_str() {
-            "add" => add(&scheduler, args),
-            "list" => list(&scheduler, args.all.unwrap_or(false)),
-            "remove" => remove(&scheduler, args.id),
+        let scheduler = &self.scheduler;
+        match args.action.as_str() {
+            "add" => add(scheduler, args).await,
+            "list" => list(scheduler, args.all.unwrap_or(false)).await,
+            "remove" => remove(scheduler, args.id).await,
             other => {
                 ToolOutput::error(format!("unknown action '{other}'; use add, list or remove"))
             }
-        })
-        .await
+        }
     }
 }
 
-fn add(scheduler: &Scheduler, args: CronArgs) -> ToolOutput {
+async fn add(scheduler: &Scheduler, args: CronArgs) -> ToolOutput {
     let (Some(name), Some(message)) = (args.name, args.message) else {
         return ToolOutput::error("action 'add' needs `name` and `message`");
     };
@@ -114,7 +113,7 @@ fn add(scheduler: &Scheduler, args: CronArgs) -> ToolOutput {
             ));
         }
     };
-    match scheduler.add(&request) {
+    match scheduler.add(&request).await {
         Ok(job) => ToolOutput::ok(format!(
             "Scheduled job {}:\n{}\n{}",
             job.id,
@@ -125,19 +124,19 @@ fn add(scheduler: &Scheduler, args: CronArgs) -> ToolOutput {
     }
 }
 
-fn list(scheduler: &Scheduler, all: bool) -> ToolOutput {
-    match scheduler.list(all) {
+async fn list(scheduler: &Scheduler, all: bool) -> ToolOutput {
+    match scheduler.list(all).await {
         Ok(jobs) if jobs.is_empty() => ToolOutput::ok("No scheduled jobs."),
         Ok(jobs) => ToolOutput::ok(jobs.iter().map(job_line).collect::<Vec<_>>().join("\n")),
         Err(e) => ToolOutput::error(e.to_string()),
     }
 }
 
-fn remove(scheduler: &Scheduler, id: Option<String>) -> ToolOutput {
+async fn remove(scheduler: &Scheduler, id: Option<String>) -> ToolOutput {
     let Some(id) = id else {
         return ToolOutput::error("action 'remove' needs the job's `id` (see action 'list')");
     };
-    match scheduler.remove(id.trim()) {
+    match scheduler.remove(id.trim()).await {
         Ok(job) => ToolOutput::ok(format!("Removed job {} ({}).", job.id, job.name)),
         Err(e) => ToolOutput::error(e.to_string()),
     }

@@ -1,7 +1,9 @@
 //! Jobs and runs as JSON (the reference design's field names) and as lines of text; times are
 //! shown in each job's own zone.
 
-use engram_store_sqlite::jobs::{Job, JobRun, ScheduleRecord};
+use engram_core::store::jobs::{Job, JobRun, ScheduleRecord};
+
+use super::job::JobPayload;
 use jiff::tz::TimeZone;
 use serde::Serialize;
 
@@ -25,7 +27,7 @@ pub struct JobView {
     /// The session its turns run in.
     pub session_key: String,
     /// `run_once` or `skip`.
-    pub missed: &'static str,
+    pub missed: String,
     /// Whether a one-shot job is deleted after running.
     pub delete_after_run: bool,
     /// When it was added (ms since the epoch).
@@ -135,6 +137,11 @@ fn zone(name: &str) -> TimeZone {
 /// The JSON view of a job.
 pub fn job_view(job: &Job) -> JobView {
     let tz = zone(&job.tz);
+    // A payload this build cannot read is shown as the reason, not hidden.
+    let payload = JobPayload::of(job).unwrap_or_else(|e| JobPayload {
+        message: format!("({e})"),
+        ..JobPayload::default()
+    });
     let schedule = match &job.schedule {
         ScheduleRecord::At { at_ms } => ScheduleView::At {
             at_ms: *at_ms,
@@ -162,10 +169,10 @@ pub fn job_view(job: &Job) -> JobView {
         schedule,
         payload: PayloadView {
             kind: "agent_turn",
-            message: job.payload.message.clone(),
-            deliver: job.payload.deliver,
-            channel: job.payload.channel.clone(),
-            to: job.payload.to.clone(),
+            message: payload.message,
+            deliver: payload.deliver,
+            channel: payload.channel,
+            to: payload.to,
         },
         state: StateView {
             next_run_at_ms: job.state.next_run_at_ms,
@@ -179,7 +186,7 @@ pub fn job_view(job: &Job) -> JobView {
             running: job.state.running_run_id.is_some(),
         },
         session_key: job.session_key.clone(),
-        missed: job.missed.as_str(),
+        missed: job.missed.clone(),
         delete_after_run: job.delete_after_run,
         created_at_ms: job.created_at_ms,
         updated_at_ms: job.updated_at_ms,

@@ -3,7 +3,7 @@
 use std::path::PathBuf;
 use std::sync::Arc;
 
-use engram_core::{BlockingMemoryStore, Scope, Tool};
+use engram_core::{MemoryStore, Scope, Tool};
 
 use super::list::{DEFAULT_MAX_ENTRIES, ListDirTool};
 use super::notes::{NotesFile, RecallNotesTool, RecordNoteTool};
@@ -41,7 +41,7 @@ impl Default for BuiltinOptions {
 #[derive(Clone)]
 pub struct NoteMemory {
     /// The memory store.
-    pub store: Arc<dyn BlockingMemoryStore>,
+    pub store: Arc<dyn MemoryStore>,
     /// Whose memory the notes become.
     pub scope: Scope,
 }

@@ -12,7 +12,7 @@
 //! ```no_run
 //! # use std::sync::Arc;
 //! # use engram_agent::tools::{BuiltinOptions, NoteMemory, ToolRegistry, Workspace};
-//! # async fn demo(store: Arc<dyn engram_core::BlockingMemoryStore>) -> Result<(), Box<dyn std::error::Error>> {
+//! # async fn demo(store: Arc<dyn engram_core::MemoryStore>) -> Result<(), Box<dyn std::error::Error>> {
 //! let workspace = Workspace::confined("/path/to/project")?;
 //! let memory = NoteMemory { store, scope: engram_core::Scope::user("alice") };
 //! let registry = ToolRegistry::with_builtins(&workspace, &BuiltinOptions::default(), memory)?;

@@ -16,7 +16,7 @@ use std::time::{Duration, Instant};
 
 use async_trait::async_trait;
 use engram_core::{
-    AddOutcome, BlockingMemoryStore, Clock, Kind, NewMemory, Scope, SystemClock, Tool, ToolOutput,
+    AddOutcome, Clock, Kind, MemoryStore, NewMemory, Scope, SystemClock, Tool, ToolOutput,
 };
 use serde::Deserialize;
 use serde_json::{Map, Value, json};
@@ -315,7 +315,7 @@ pub fn format_notes(notes: &[Note], category: Option<&str>) -> String {
 #[derive(Clone)]
 pub struct RecordNoteTool {
     notes: NotesFile,
-    store: Arc<dyn BlockingMemoryStore>,
+    store: Arc<dyn MemoryStore>,
     scope: Scope,
 }
 
@@ -330,7 +330,7 @@ impl std::fmt::Debug for RecordNoteTool {
 
 impl RecordNoteTool {
     /// record_note writing to `notes` and to `store` under `scope`.
-    pub fn new(notes: NotesFile, store: Arc<dyn BlockingMemoryStore>, scope: Scope) -> Self {
+    pub fn new(notes: NotesFile, store: Arc<dyn MemoryStore>, scope: Scope) -> Self {
         Self {
             notes,
             store,
@@ -383,13 +383,12 @@ impl Tool for RecordNoteTool {
             Ok(args) => args,
             Err(output) => return output,
         };
-        let tool = self.clone();
-        run_blocking(move || tool.record(&args.content, args.category.as_deref())).await
+        self.record(&args.content, args.category.as_deref()).await
     }
 }
 
 impl RecordNoteTool {
-    fn record(&self, content: &str, category: Option<&str>) -> ToolOutput {
+    async fn record(&self, content: &str, category: Option<&str>) -> ToolOutput {
         let category = normalize_category(category);
         // Check the memory before touching the file, so a note is in both places or in neither.
         let memory = NewMemory::new(self.scope.clone(), content)
@@ -399,9 +398,14 @@ impl RecordNoteTool {
         if let Err(e) = memory.validate() {
             return ToolOutput::error(NotesError::Invalid(e.to_string()).to_string());
         }
-        let note = match self.notes.record(content, Some(&category)) {
-            Ok(note) => note,
-            Err(e) => return ToolOutput::error(e.to_string()),
+        let (notes, text, file_category) =
+            (self.notes.clone(), content.to_string(), category.clone());
+        let written =
+            tokio::task::spawn_blocking(move || notes.record(&text, Some(&file_category))).await;
+        let note = match written {
+            Ok(Ok(note)) => note,
+            Ok(Err(e)) => return ToolOutput::error(e.to_string()),
+            Err(e) => return ToolOutput::error(format!("the tool stopped unexpectedly: {e}")),
         };
         let memory = match note.timestamp.parse() {
             Ok(at) => memory.at(at),
@@ -411,7 +415,7 @@ impl RecordNoteTool {
             "Recorded note: {} (category: {})",
             note.content, note.category
         );
-        match self.store.add(memory, ACTOR) {
+        match self.store.add(memory, ACTOR).await {
             Ok(AddOutcome::Added(_) | AddOutcome::Duplicate(_)) => ToolOutput::ok(recorded),
             // The note is safely in the file; say what is missing rather than invite a retry
             // that would write it there twice.

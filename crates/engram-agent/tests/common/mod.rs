@@ -6,7 +6,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use engram_agent::tools::{BuiltinOptions, NoteMemory, ToolRegistry, Workspace};
-use engram_core::{BlockingMemoryStore, Scope, ToolOutput};
+use engram_core::{MemoryStore, Scope, ToolOutput};
 use engram_store_sqlite::SqliteStore;
 use serde_json::Value;
 
@@ -33,7 +33,7 @@ impl Fixture {
         let store = Arc::new(SqliteStore::open(base.join("engram.db")).unwrap());
         let workspace = Workspace::confined(&ws).unwrap();
         let memory = NoteMemory {
-            store: Arc::clone(&store) as Arc<dyn BlockingMemoryStore>,
+            store: Arc::clone(&store) as Arc<dyn MemoryStore>,
             scope: Scope::user("alice").with_agent("coder"),
         };
         let registry = ToolRegistry::with_builtins(&workspace, &options, memory).unwrap();

@@ -24,17 +24,17 @@ use anyhow::{Context as _, Result, anyhow};
 use clap::Args;
 use engram_agent::tools::{BuiltinOptions, NoteMemory, ToolRegistry, Workspace};
 use engram_agent::{Agent, AgentConfig, AgentEvent, CancelToken, InMemoryRunState};
-use engram_core::{BlockingMemoryStore, Scope};
+use engram_backend::StoreConfig;
+use engram_core::{MemoryStore, Scope};
 use engram_llm::Provider;
 use engram_llm::scripted::{
     LatencySummary, SCRIPTED_KEY, SCRIPTED_MODEL, ScriptedServer, Turn, delta_latencies,
 };
-use engram_store_sqlite::SqliteStore;
 use serde::Serialize;
 use serde_json::json;
 
 use crate::commands::Context;
-use crate::commands::agent_common::{TurnPrinter, build_prompt, runtime};
+use crate::commands::agent_common::{TurnPrinter, build_prompt};
 use crate::exit::Status;
 use crate::output;
 
@@ -92,7 +92,7 @@ impl Figure {
 /// Runs `engram bench agent`.
 pub fn run(ctx: &Context, args: BenchAgentArgs) -> Result<Status> {
     let dir = tempfile::tempdir().context("cannot create a temporary directory")?;
-    let runtime = runtime()?;
+    let runtime = ctx.runtime()?;
     let runs = usize::try_from(args.runs).unwrap_or(usize::MAX);
     let steps = usize::try_from(args.steps).unwrap_or(usize::MAX);
     let deltas = usize::try_from(args.deltas).unwrap_or(usize::MAX);
@@ -173,8 +173,9 @@ fn tools_in(dir: &Path, name: &str) -> Result<(Arc<ToolRegistry>, Workspace)> {
     let ws = dir.join(name);
     std::fs::create_dir_all(&ws)?;
     let workspace = Workspace::confined(&ws)?;
-    let store: Arc<dyn BlockingMemoryStore> =
-        Arc::new(SqliteStore::open(dir.join(format!("{name}.db")))?);
+    let store: Arc<dyn MemoryStore> =
+        engram_backend::open_blocking(&StoreConfig::sqlite(dir.join(format!("{name}.db"))))?
+            .memories;
     let memory = NoteMemory {
         store,
         scope: Scope::user("bench"),

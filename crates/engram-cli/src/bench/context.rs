@@ -10,13 +10,13 @@ use std::time::Instant;
 
 use anyhow::{Context as _, Result};
 use clap::Args;
-use engram_core::{BlockingMemoryStore, Importance, Kind, Message, NewMemory, Scope};
+use engram_backend::StoreConfig;
+use engram_core::{Importance, Kind, MemoryStore, Message, NewMemory, Scope};
 use engram_llm::Provider;
 use engram_llm::scripted::{LatencySummary, ScriptedServer, Turn};
 use engram_memory::session::{SessionKey, SessionStore};
 use engram_memory::token_count::{count_tokens, messages_tokens};
 use engram_memory::{ManagerConfig, MemoryManager, Searcher};
-use engram_store_sqlite::SqliteStore;
 use jiff::{SignedDuration, Timestamp};
 use serde::Serialize;
 use serde_json::{Value, json};
@@ -24,7 +24,6 @@ use serde_json::{Value, json};
 use crate::bench::agent::Figure;
 use crate::bench::store::{SplitMix, Vocabulary};
 use crate::commands::Context;
-use crate::commands::agent_common::runtime;
 use crate::exit::Status;
 use crate::output;
 
@@ -75,16 +74,16 @@ struct Report {
 /// Runs `engram bench context`.
 pub fn run(ctx: &Context, args: BenchContextArgs) -> Result<Status> {
     let dir = tempfile::tempdir().context("cannot create a temporary directory")?;
-    let runtime = runtime()?;
-    let store: Arc<dyn BlockingMemoryStore> =
-        Arc::new(SqliteStore::open(dir.path().join("engram.db"))?);
+    let runtime = ctx.runtime()?;
+    let store: Arc<dyn MemoryStore> =
+        engram_backend::open_blocking(&StoreConfig::sqlite(dir.path().join("engram.db")))?.memories;
     let now = Timestamp::now();
     let mut rng = SplitMix(0x5eed_c0de);
     let vocabulary = Vocabulary::new(20_000, &mut rng);
 
     eprintln!("storing {} memories...", args.memories);
     let started = Instant::now();
-    let all_tokens = load(&store, args.memories, now, &vocabulary, &mut rng)?;
+    let all_tokens = runtime.block_on(load(&store, args.memories, now, &vocabulary, &mut rng))?;
     let load_seconds = started.elapsed().as_secs_f64();
 
     let workspace = dir.path().join("workspace");
@@ -303,8 +302,8 @@ fn phrase(vocabulary: &Vocabulary, rng: &mut SplitMix) -> String {
 
 /// Stores the synthetic memories; returns the tokens of all current ones (what putting every
 /// memory into the prompt would cost).
-fn load(
-    store: &Arc<dyn BlockingMemoryStore>,
+async fn load(
+    store: &Arc<dyn MemoryStore>,
     count: u64,
     now: Timestamp,
     vocabulary: &Vocabulary,
@@ -316,8 +315,8 @@ fn load(
     let notes = total / 20;
     let mut batch = Vec::with_capacity(2000);
     let mut tokens = 0;
-    let flush = |batch: &mut Vec<NewMemory>| -> Result<()> {
-        for outcome in store.add_many(std::mem::take(batch), "bench")? {
+    let flush = async |batch: &mut Vec<NewMemory>| -> Result<()> {
+        for outcome in store.add_many(std::mem::take(batch), "bench").await? {
             outcome?;
         }
         Ok(())
@@ -378,10 +377,10 @@ fn load(
         }
         batch.push(memory);
         if batch.len() == 2000 {
-            flush(&mut batch)?;
+            flush(&mut batch).await?;
         }
     }
-    flush(&mut batch)?;
+    flush(&mut batch).await?;
     Ok(tokens)
 }
 

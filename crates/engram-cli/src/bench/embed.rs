@@ -37,7 +37,7 @@ pub fn run(ctx: &Context, args: BenchEmbedArgs) -> Result<Status> {
         runs: args.runs.max(1),
         queries: args.queries.max(1),
     };
-    let report = retrieval::runtime()?.block_on(measure(&*embedder, options))?;
+    let report = ctx.block_on(measure(&*embedder, options))??;
     if ctx.json {
         output::json(&json!({
             "model": report.model_id,

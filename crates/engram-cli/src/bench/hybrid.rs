@@ -8,10 +8,10 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context as _, Result, anyhow};
 use clap::Args;
-use engram_core::{BlockingMemoryStore, Filter};
+use engram_backend::{DATABASE_FILE, StoreConfig};
+use engram_core::{Filter, MemoryStore};
 use engram_memory::indexing::embed_pending;
 use engram_memory::{SearchRequest, Searcher};
-use engram_store_sqlite::{DATABASE_FILE, SqliteStore};
 use indicatif::ProgressBar;
 use serde::Serialize;
 
@@ -68,16 +68,22 @@ pub fn run(ctx: &Context, args: BenchHybridArgs) -> Result<Status> {
         .clone()
         .unwrap_or_else(|| temp.path().to_path_buf());
     std::fs::create_dir_all(&dir).with_context(|| format!("cannot create {}", dir.display()))?;
-    let store: Arc<dyn BlockingMemoryStore> = Arc::new(SqliteStore::open(dir.join(DATABASE_FILE))?);
-    let runtime = retrieval::runtime()?;
+    let store: Arc<dyn MemoryStore> =
+        engram_backend::open_blocking(&StoreConfig::sqlite(dir.join(DATABASE_FILE)))?.memories;
+    let runtime = ctx.runtime()?;
     let mut rng = SplitMix(args.seed);
     let vocab = Vocabulary::new(20_000, &mut rng);
 
-    if store.stats()?.memories == 0 {
+    if runtime.block_on(store.stats())?.memories == 0 {
         eprintln!("generating and importing {} memories", args.size);
         let data = dir.join("memories.jsonl");
         write_dataset(&data, args.size, args.users.max(1), &vocab, args.seed)?;
-        import_reader(&*store, File::open(&data)?, 2000, &ProgressBar::hidden())?;
+        runtime.block_on(import_reader(
+            &*store,
+            File::open(&data)?,
+            2000,
+            &ProgressBar::hidden(),
+        ))?;
         std::fs::remove_file(&data)?;
     }
     eprintln!("embedding what has no vector yet");
@@ -130,8 +136,8 @@ pub fn run(ctx: &Context, args: BenchHybridArgs) -> Result<Status> {
 
     let report = HybridReport {
         model: embedder.model_id().to_string(),
-        memories: store.stats()?.memories,
-        user_memories: store.count(&filter)?,
+        memories: runtime.block_on(store.stats())?.memories,
+        user_memories: runtime.block_on(store.count(&filter))?,
         embedded_now: embedded,
         embed_per_second: (embedded > 0).then(|| embedded as f64 / embed_seconds.max(1e-9)),
         query_embedding_p50_ms: percentile(&embed_times, 0.5),

@@ -12,10 +12,10 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use anyhow::{Context as _, Result, anyhow, bail};
-use engram_core::{BlockingMemoryStore, Filter, Kind, NewMemory, Scope};
+use engram_backend::{DATABASE_FILE, StoreConfig};
+use engram_core::{Filter, Kind, MemoryStore, NewMemory, Scope};
 use engram_memory::indexing::embed_pending;
 use engram_memory::{SearchRequest, Searcher};
-use engram_store_sqlite::{DATABASE_FILE, SqliteStore};
 use indicatif::{ProgressBar, ProgressStyle};
 use jiff::Timestamp;
 use serde::Serialize;
@@ -203,7 +203,7 @@ pub fn run(ctx: &Context, args: BenchLocomoArgs) -> Result<Status> {
     if mode == RetrievalMode::Dense {
         profile.lexical_share = 0.0;
     }
-    let runtime = retrieval::runtime()?;
+    let runtime = ctx.runtime()?;
     let temp = tempfile::tempdir()?;
     let dir = match &args.store {
         Some(dir) => {
@@ -213,8 +213,9 @@ pub fn run(ctx: &Context, args: BenchLocomoArgs) -> Result<Status> {
         }
         None => temp.path().to_path_buf(),
     };
-    let store: Arc<dyn BlockingMemoryStore> = Arc::new(SqliteStore::open(dir.join(DATABASE_FILE))?);
-    let reuse = store.stats()?.memories > 0;
+    let store: Arc<dyn MemoryStore> =
+        engram_backend::open_blocking(&StoreConfig::sqlite(dir.join(DATABASE_FILE)))?.memories;
+    let reuse = runtime.block_on(store.stats())?.memories > 0;
 
     // Ingest.
     let turns: usize = conversations.iter().map(|c| c.turns.len()).sum();
@@ -236,7 +237,7 @@ pub fn run(ctx: &Context, args: BenchLocomoArgs) -> Result<Status> {
                 memory
             })
             .collect();
-        for outcome in store.add_many(batch, "bench")? {
+        for outcome in runtime.block_on(store.add_many(batch, "bench"))? {
             outcome?;
         }
     }

@@ -346,9 +346,7 @@ pub fn run(ctx: &Context, args: BenchMcpArgs) -> Result<Status> {
         turns.len(),
         questions.len()
     );
-    let runtime = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()?;
+    let runtime = ctx.runtime()?;
     let mut sides = Vec::new();
     for name in ["engram", "reference"] {
         let side = runtime.block_on(measure(name, &tools, &turns, &questions, args.k))?;

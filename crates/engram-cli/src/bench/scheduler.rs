@@ -10,9 +10,9 @@ use std::time::{Duration, Instant};
 use anyhow::{Context as _, Result, anyhow, bail};
 use clap::Args;
 use engram_agent::scheduler::{JobRequest, ScheduleInput, Scheduler, ZonedSchedule};
+use engram_backend::{DATABASE_FILE, StoreConfig};
+use engram_core::store::jobs::RunStatus;
 use engram_core::{Clock, SystemClock};
-use engram_store_sqlite::DATABASE_FILE;
-use engram_store_sqlite::jobs::{JobStore, RunStatus};
 use jiff::SignedDuration;
 use serde::Serialize;
 
@@ -145,16 +145,17 @@ pub fn run(ctx: &Context, args: BenchSchedulerArgs) -> Result<Status> {
     eprintln!("storing them");
     let home = root.join("mixed");
     std::fs::create_dir_all(&home)?;
-    let store = JobStore::open(home.join(DATABASE_FILE))?;
+    let runtime = ctx.runtime()?;
+    let store = engram_backend::open_blocking(&StoreConfig::sqlite(home.join(DATABASE_FILE)))?.jobs;
     let started = Instant::now();
     for job in prepared {
-        store.add(job, now.as_millisecond())?;
+        runtime.block_on(store.add(job, now.as_millisecond()))?;
     }
     let insert_all_ms = ms(started.elapsed());
 
     eprintln!("computing next runs, {} rounds", args.rounds);
     let started = Instant::now();
-    let jobs = store.list(true)?;
+    let jobs = runtime.block_on(store.list(true))?;
     let load_all_ms = ms(started.elapsed());
     let mut rounds = Vec::with_capacity(args.rounds);
     for _ in 0..args.rounds.max(1) {
@@ -177,7 +178,7 @@ pub fn run(ctx: &Context, args: BenchSchedulerArgs) -> Result<Status> {
     let next_run_all_max_ms = ms(rounds[rounds.len() - 1]);
 
     let idle = if args.idle_secs > 0 {
-        Some(gateway_phase(&root, &args)?)
+        Some(gateway_phase(runtime, &root, &args)?)
     } else {
         None
     };
@@ -254,15 +255,20 @@ impl Drop for GatewayChild {
     }
 }
 
-fn gateway_phase(root: &Path, args: &BenchSchedulerArgs) -> Result<IdleReport> {
+fn gateway_phase(
+    runtime: &tokio::runtime::Runtime,
+    root: &Path,
+    args: &BenchSchedulerArgs,
+) -> Result<IdleReport> {
     let home = root.join("idle");
     std::fs::create_dir_all(&home)?;
     let clock: Arc<dyn Clock> = Arc::new(SystemClock);
     let db = home.join(DATABASE_FILE);
-    let scheduler = Scheduler::new(Arc::new(JobStore::open(&db)?), clock.clone(), None);
+    let jobs = engram_backend::open_blocking(&StoreConfig::sqlite(&db))?.jobs;
+    let scheduler = Scheduler::new(jobs, clock.clone(), None);
     eprintln!("storing {} jobs that are not due for a day", args.jobs);
     for i in 0..args.jobs {
-        scheduler.add(&idle_request(i))?;
+        runtime.block_on(scheduler.add(&idle_request(i)))?;
     }
 
     let exe = std::env::current_exe().context("cannot find the engram executable")?;
@@ -319,15 +325,15 @@ fn gateway_phase(root: &Path, args: &BenchSchedulerArgs) -> Result<IdleReport> {
     for i in 0..args.lag_jobs {
         let at = first.checked_add(SignedDuration::from_millis(250 * i as i64))?;
         let request = JobRequest::new(format!("lag {i}"), "lag", ScheduleInput::At(at.to_string()));
-        lag_ids.push(scheduler.add(&request)?.id);
+        lag_ids.push(runtime.block_on(scheduler.add(&request))?.id);
     }
     let wait_until = Instant::now() + Duration::from_secs(30 + args.lag_jobs as u64);
     let mut lags = Vec::new();
     while Instant::now() < wait_until {
         lags.clear();
         for id in &lag_ids {
-            if let Some(run) = scheduler
-                .runs(id, 1)?
+            if let Some(run) = runtime
+                .block_on(scheduler.runs(id, 1))?
                 .into_iter()
                 .find(|r| r.status == RunStatus::Ok)
             {
@@ -349,14 +355,14 @@ fn gateway_phase(root: &Path, args: &BenchSchedulerArgs) -> Result<IdleReport> {
     for i in 0..PICKUP_SAMPLES {
         std::thread::sleep(Duration::from_millis(1_000 + 137 * i as u64));
         let added = clock.now();
-        let job = scheduler.add(&JobRequest::new(
+        let job = runtime.block_on(scheduler.add(&JobRequest::new(
             format!("pickup {i}"),
             "pickup",
             ScheduleInput::At("now".into()),
-        ))?;
+        )))?;
         let deadline = Instant::now() + Duration::from_secs(10);
         while Instant::now() < deadline {
-            if let Some(run) = scheduler.runs(&job.id, 1)?.first() {
+            if let Some(run) = runtime.block_on(scheduler.runs(&job.id, 1))?.first() {
                 pickups.push((run.started_at_ms - added.as_millisecond()) as f64);
                 break;
             }

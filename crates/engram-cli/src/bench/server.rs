@@ -14,7 +14,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context as _, Result, anyhow, bail};
 use clap::Args;
-use engram_store_sqlite::tokens::TokenStore;
+use engram_backend::{DATABASE_FILE, StoreConfig};
 use serde::Serialize;
 use serde_json::json;
 
@@ -401,11 +401,15 @@ pub fn run(ctx: &Context, args: BenchServerArgs) -> Result<Status> {
     std::fs::create_dir_all(&home)?;
     let load_before = load_average();
     let users: Vec<String> = (0..args.users).map(|u| format!("user-{u}")).collect();
-    let (_, token) = TokenStore::open(home.join(engram_store_sqlite::DATABASE_FILE))?.create(
+    let tokens =
+        engram_backend::open_blocking(&StoreConfig::sqlite(home.join(DATABASE_FILE)))?.tokens;
+    let (_, token) = ctx.block_on(engram_server::tokens::create_token(
+        tokens.as_ref(),
         Some("bench"),
         &users,
         jiff::Timestamp::now(),
-    )?;
+    ))??;
+    drop(tokens);
     let server = ServerProcess::start(&home, &args)?;
     eprintln!(
         "engram serve at {} (load average {load_before})",

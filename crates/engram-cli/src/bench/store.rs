@@ -4,13 +4,12 @@ use std::fs::File;
 use std::io::{BufWriter, Write};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
-use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use anyhow::{Context as _, Result};
-use engram_core::{BlockingMemoryStore, Filter};
+use engram_backend::{DATABASE_FILE, StoreConfig};
+use engram_core::Filter;
 use engram_memory::{SearchRequest, Searcher};
-use engram_store_sqlite::{DATABASE_FILE, SqliteStore};
 use indicatif::ProgressBar;
 use serde::Serialize;
 
@@ -324,15 +323,17 @@ pub fn run(ctx: &Context, args: BenchStoreArgs) -> Result<Status> {
 
         reset_peak_rss();
         eprintln!("[{size}] importing");
-        let store = SqliteStore::open(dir.join(DATABASE_FILE))?;
+        let runtime = ctx.runtime()?;
+        let store =
+            engram_backend::open_blocking(&StoreConfig::sqlite(dir.join(DATABASE_FILE)))?.memories;
         let started = Instant::now();
         let cpu_before = process_cpu_seconds();
-        let summary = import_reader(
-            &store,
+        let summary = runtime.block_on(import_reader(
+            &*store,
             File::open(&data)?,
             DEFAULT_BATCH_SIZE as usize,
             &ProgressBar::hidden(),
-        )?;
+        ))?;
         let import_seconds = started.elapsed().as_secs_f64();
         let import_cpu_seconds = process_cpu_seconds() - cpu_before;
         anyhow::ensure!(
@@ -341,11 +342,9 @@ pub fn run(ctx: &Context, args: BenchStoreArgs) -> Result<Status> {
         );
 
         eprintln!("[{size}] searching");
-        let store = Arc::new(store);
         let searcher = Searcher::new(store.clone());
-        let runtime = crate::commands::retrieval::runtime()?;
         let filter = Filter::user("user-0");
-        let user_memories = store.count(&filter)?;
+        let user_memories = runtime.block_on(store.count(&filter))?;
         let mut latencies = Vec::with_capacity(queries.len());
         for query in &queries {
             let request = SearchRequest {
@@ -376,7 +375,7 @@ pub fn run(ctx: &Context, args: BenchStoreArgs) -> Result<Status> {
         }
         one_shot.sort();
         drop(searcher);
-        let stats = store.stats()?;
+        let stats = runtime.block_on(store.stats())?;
         drop(store);
 
         rows.push(StoreBenchRow {

@@ -15,13 +15,16 @@
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use anyhow::{Context as _, Result};
 use clap::Args;
-use engram_core::{BlockingMemoryStore, Filter, Kind, NewMemory, Scope, StoredVector, VectorHit};
-use engram_store_sqlite::{IndexBuild, SqliteStore, StoreOptions, VectorIndexOptions};
+use engram_backend::{IndexBuild, SqliteOptions, StoreConfig, VectorIndexOptions};
+use engram_core::DenseTuning;
+use engram_core::{Filter, Kind, MemoryStore, NewMemory, Scope, StoredVector, VectorHit};
 use serde::{Deserialize, Serialize};
+use tokio::runtime::Runtime;
 
 use crate::bench::store::{peak_rss_mib, percentile};
 use crate::commands::Context;
@@ -210,16 +213,22 @@ fn kind_of(i: usize) -> Kind {
 }
 
 /// Creates (or reuses) the database for `size` memories.
-fn ensure_database(path: &Path, size: usize, synthetic: &Synthetic, seed: u64) -> Result<()> {
+fn ensure_database(
+    runtime: &Runtime,
+    path: &Path,
+    size: usize,
+    synthetic: &Synthetic,
+    seed: u64,
+) -> Result<()> {
     let model = model_id(synthetic.dimension);
     if path.exists() {
-        let store = SqliteStore::open(path)?;
-        let complete = store.count(&Filter {
+        let store = open(path, SqliteOptions::default())?;
+        let complete = runtime.block_on(store.count(&Filter {
             include_closed: true,
             ..Filter::user(USER)
-        })? == size as u64
-            && store
-                .vector_models()?
+        }))? == size as u64
+            && runtime
+                .block_on(store.vector_models())?
                 .iter()
                 .any(|m| m.model == model && m.vectors == size as u64);
         if complete {
@@ -236,7 +245,7 @@ fn ensure_database(path: &Path, size: usize, synthetic: &Synthetic, seed: u64) -
         path.display()
     );
     let started = Instant::now();
-    let store = SqliteStore::open(path)?;
+    let store = open(path, SqliteOptions::default())?;
     let mut rng = Synthetic::data_rng(seed);
     let start = jiff::Timestamp::from_second(1_672_531_200)?; // 2023-01-01
     const BATCH: usize = 10_000;
@@ -258,7 +267,7 @@ fn ensure_database(path: &Path, size: usize, synthetic: &Synthetic, seed: u64) -
                 .at(at)
             })
             .collect();
-        let outcomes = store.add_many(memories, "bench")?;
+        let outcomes = runtime.block_on(store.add_many(memories, "bench"))?;
         let mut vectors = Vec::with_capacity(outcomes.len());
         for outcome in outcomes {
             let engram_core::AddOutcome::Added(memory) = outcome? else {
@@ -270,7 +279,7 @@ fn ensure_database(path: &Path, size: usize, synthetic: &Synthetic, seed: u64) -
                 truncated: false,
             });
         }
-        store.put_vectors(&model, synthetic.dimension, vectors)?;
+        runtime.block_on(store.put_vectors(&model, synthetic.dimension, vectors))?;
         i = end;
     }
     eprintln!(
@@ -342,7 +351,8 @@ fn rss_mib() -> f64 {
 
 /// Runs `queries` through `vector_search`, returning latencies (sorted) and results.
 fn run_queries(
-    store: &SqliteStore,
+    runtime: &Runtime,
+    store: &dyn MemoryStore,
     model: &str,
     filter: &Filter,
     queries: &[Vec<f32>],
@@ -352,7 +362,7 @@ fn run_queries(
     let mut results = Vec::with_capacity(queries.len());
     for q in queries {
         let started = Instant::now();
-        let hits = store.vector_search(model, filter, q, k)?;
+        let hits = runtime.block_on(store.vector_search(model, filter, q, k))?;
         latencies.push(started.elapsed());
         results.push(hits);
     }
@@ -379,24 +389,41 @@ fn mean(values: impl Iterator<Item = f64>) -> f64 {
 }
 
 /// Measures one database (in the child process).
-fn measure(path: &Path, args: &BenchVectorsArgs) -> Result<SizeFigures> {
+/// The memories of the SQLite database at `path`, opened with `options`.
+fn open(path: &Path, options: SqliteOptions) -> Result<Arc<dyn MemoryStore>> {
+    let config = StoreConfig::sqlite(path).with_sqlite_options(options);
+    Ok(engram_backend::open_blocking(&config)?.memories)
+}
+
+/// Dense search from now on: exact up to `exact_max_scope` memories in scope, else the index
+/// with a list of `ef_search`.
+fn tune(store: &dyn MemoryStore, exact_max_scope: usize, ef_search: usize) {
+    store.tune_dense_search(DenseTuning {
+        exact_max_scope,
+        ef_search,
+    });
+}
+
+fn measure(runtime: &Runtime, path: &Path, args: &BenchVectorsArgs) -> Result<SizeFigures> {
     let size = args.measure_size;
     let model = model_id(args.dimension);
     // The generator's topic tables take 28 MB at 384 dimensions: they are the benchmark's, not
     // the index's, so they are dropped before any memory is measured and made again at the end.
     let queries = Synthetic::new(args.dimension, args.seed).queries(args.queries, args.seed);
     let rss_before = rss_mib();
-    let options = StoreOptions {
+    let options = SqliteOptions {
         vector_index: VectorIndexOptions {
             build: IndexBuild::Blocking,
             ..VectorIndexOptions::default()
         },
-        ..StoreOptions::default()
+        ..SqliteOptions::default()
     };
     let threshold = options.vector_index.exact_max_scope;
-    let store = SqliteStore::open_with(path, options)?;
+    let store = open(path, options)?;
     eprintln!("[{size}] building the index");
-    let stats = store.warm_vector_index(&model)?;
+    let stats = runtime
+        .block_on(store.warm_dense_index(&model))?
+        .ok_or_else(|| anyhow::anyhow!("the store keeps no in-process vector index"))?;
     anyhow::ensure!(
         stats.vectors == size,
         "the index holds {} vectors",
@@ -417,20 +444,22 @@ fn measure(path: &Path, args: &BenchVectorsArgs) -> Result<SizeFigures> {
         kinds: vec![Kind::Fact],
         ..all.clone()
     };
-    store.tune_vector_search(usize::MAX, 64);
-    let (exact_latencies, truth_all) = run_queries(&store, &model, &all, &queries, args.k)?;
-    let (_, truth_facts) = run_queries(&store, &model, &facts, &queries, args.k)?;
+    tune(&*store, usize::MAX, 64);
+    let (exact_latencies, truth_all) =
+        run_queries(runtime, &*store, &model, &all, &queries, args.k)?;
+    let (_, truth_facts) = run_queries(runtime, &*store, &model, &facts, &queries, args.k)?;
 
     let mut approximate = Vec::new();
     for &ef in &args.ef {
         eprintln!("[{size}] approximate search, ef {ef}");
         // Threshold 0: the graph even for scopes small enough to be searched exactly.
-        store.tune_vector_search(0, ef);
+        tune(&*store, 0, ef);
         for (name, filter, truth) in [
             ("none", &all, &truth_all),
             ("kind=fact (1/4)", &facts, &truth_facts),
         ] {
-            let (latencies, found) = run_queries(&store, &model, filter, &queries, args.k)?;
+            let (latencies, found) =
+                run_queries(runtime, &*store, &model, filter, &queries, args.k)?;
             approximate.push(ApproximateFigures {
                 ef,
                 filter: name.to_string(),
@@ -440,8 +469,8 @@ fn measure(path: &Path, args: &BenchVectorsArgs) -> Result<SizeFigures> {
             });
         }
     }
-    store.tune_vector_search(threshold, VectorIndexOptions::default().ef_search);
-    let before = store.vector_search_counts();
+    tune(&*store, threshold, VectorIndexOptions::default().ef_search);
+    let before = store.dense_search_counts();
     let mut session_latencies = Vec::new();
     for (i, q) in queries.iter().enumerate() {
         let filter = Filter {
@@ -449,11 +478,11 @@ fn measure(path: &Path, args: &BenchVectorsArgs) -> Result<SizeFigures> {
             ..all.clone()
         };
         let started = Instant::now();
-        std::hint::black_box(store.vector_search(&model, &filter, q, args.k)?);
+        std::hint::black_box(runtime.block_on(store.vector_search(&model, &filter, q, args.k))?);
         session_latencies.push(started.elapsed());
     }
     session_latencies.sort();
-    let after = store.vector_search_counts();
+    let after = store.dense_search_counts();
     let session_path = if after.approximate > before.approximate {
         "approximate"
     } else {
@@ -471,18 +500,24 @@ fn measure(path: &Path, args: &BenchVectorsArgs) -> Result<SizeFigures> {
         queries.len()
     };
     eprintln!("[{size}] exact search in SQL ({sql_queries} queries)");
-    let sql_store = SqliteStore::open_with(
+    let sql_store = open(
         path,
-        StoreOptions {
+        SqliteOptions {
             vector_index: VectorIndexOptions {
                 build: IndexBuild::Never,
                 ..VectorIndexOptions::default()
             },
-            ..StoreOptions::default()
+            ..SqliteOptions::default()
         },
     )?;
-    let (sql_latencies, sql_results) =
-        run_queries(&sql_store, &model, &all, &queries[..sql_queries], args.k)?;
+    let (sql_latencies, sql_results) = run_queries(
+        runtime,
+        &*sql_store,
+        &model,
+        &all,
+        &queries[..sql_queries],
+        args.k,
+    )?;
     let sql_agrees = sql_results
         .iter()
         .zip(&truth_all)
@@ -541,7 +576,7 @@ pub fn run(ctx: &Context, args: BenchVectorsArgs) -> Result<Status> {
     anyhow::ensure!(args.dimension > 0, "--dimension must be at least 1");
     anyhow::ensure!(args.queries > 0, "--queries must be at least 1");
     if let Some(path) = &args.measure {
-        let figures = measure(path, &args)?;
+        let figures = measure(ctx.runtime()?, path, &args)?;
         println!("{}", serde_json::to_string(&figures)?);
         return Ok(Status::Success);
     }
@@ -564,7 +599,7 @@ pub fn run(ctx: &Context, args: BenchVectorsArgs) -> Result<Status> {
             "vectors-{size}-{}-{}.db",
             args.dimension, args.seed
         ));
-        ensure_database(&path, size, &synthetic, args.seed)?;
+        ensure_database(ctx.runtime()?, &path, size, &synthetic, args.seed)?;
         let ef: Vec<String> = args.ef.iter().map(|e| e.to_string()).collect();
         let output = Command::new(&exe)
             .args(["bench", "vectors", "--measure"])

@@ -20,8 +20,8 @@ use engram_agent::{
     ToolMode,
 };
 use engram_agent::{RunOutcome, RunState, StoredRunState, TurnHooks};
-use engram_core::{BlockingMemoryStore, Scope, ToolCall, ToolOutput, Usage};
 use engram_core::{ChatModel, Message, SystemClock};
+use engram_core::{Scope, ToolCall, ToolOutput, Usage};
 use engram_llm::process_env;
 use engram_memory::session::{Session, SessionKey, SessionRecord};
 use engram_memory::working::{FitOutcome, ModelSummarizer, WorkingConfig};
@@ -99,7 +99,7 @@ pub fn prepare(ctx: &Context, args: &AgentArgs) -> Result<AgentSetup> {
     let user = default_user(&config, args.user.clone());
 
     let workspace = open_workspace(ctx, args, &config)?;
-    let store: Arc<dyn BlockingMemoryStore> = Arc::new(ctx.home.open_store()?);
+    let store = ctx.memories()?;
     let memory = NoteMemory {
         store,
         scope: Scope::user(user.clone()),
@@ -171,7 +171,7 @@ pub fn prepare_with_memory(
         status: Status::Usage,
         message: e.in_file(&setup.config.path).to_string(),
     })?;
-    let store: Arc<dyn BlockingMemoryStore> = Arc::new(ctx.home.open_store()?);
+    let store = ctx.memories()?;
     let searcher = Arc::new(super::retrieval::searcher(ctx, store.clone(), None)?);
     let manager = Arc::new(MemoryManager::new(
         store,
@@ -466,14 +466,6 @@ pub fn os_user() -> String {
         .iter()
         .find_map(|var| std::env::var(var).ok().filter(|v| !v.trim().is_empty()))
         .unwrap_or_else(|| "default".to_string())
-}
-
-/// A runtime for the agent.
-pub fn runtime() -> Result<tokio::runtime::Runtime> {
-    tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .build()
-        .context("cannot start the async runtime")
 }
 
 /// Cancels `cancel` on Ctrl-C (SIGINT); a second Ctrl-C before the run has stopped exits at

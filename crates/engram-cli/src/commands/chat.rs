@@ -19,7 +19,7 @@ use rustyline::{Config as EditorConfig, Editor};
 use super::Context;
 use super::agent_common::{
     AgentArgs, AgentSetup, MemorySetup, TurnPrinter, cancel_on_ctrl_c, one_line,
-    prepare_with_memory, report_fit_outcomes, runtime, usage_text, use_style,
+    prepare_with_memory, report_fit_outcomes, usage_text, use_style,
 };
 use crate::exit::{Status, usage};
 
@@ -98,7 +98,7 @@ pub fn chat(ctx: &Context, args: ChatArgs) -> Result<Status> {
         None => SessionKey::default_cli(),
     };
     let (setup, memory) = prepare_with_memory(ctx, &args.agent, key)?;
-    let runtime = runtime()?;
+    let runtime = ctx.runtime()?;
     let editor_config = EditorConfig::builder()
         .auto_add_history(false)
         .max_history_size(MAX_HISTORY)
@@ -123,7 +123,7 @@ pub fn chat(ctx: &Context, args: ChatArgs) -> Result<Status> {
     );
 
     let mut state = memory.open_state(setup.tools.clone())?;
-    match memory.manager.known_summary() {
+    match runtime.block_on(memory.manager.known_summary()) {
         Ok(line) => eprintln!("{line}"),
         Err(e) => eprintln!("warning: cannot read what is known about you: {e}"),
     }
@@ -181,13 +181,13 @@ pub fn chat(ctx: &Context, args: ChatArgs) -> Result<Status> {
             }
             Some("history") => print_history(&state.working().context()),
             Some("stats") => print_stats(&setup, &stats, &state),
-            Some("memory") => match memory.manager.overview() {
+            Some("memory") => match runtime.block_on(memory.manager.overview()) {
                 Ok(overview) => println!("{overview}"),
                 Err(e) => eprintln!("error: cannot read your memory: {e}"),
             },
             Some("forget") => {
                 // A refusal (files linked out of the workspace) is said, and the chat goes on.
-                if let Err(e) = forget(ctx, &mut editor, &runtime, &setup, &memory, &mut state) {
+                if let Err(e) = forget(ctx, &mut editor, runtime, &setup, &memory, &mut state) {
                     eprintln!("error: {e:#}");
                 }
             }
@@ -245,9 +245,8 @@ fn forget(
         eprintln!("warning: {e:#}");
     }
     runtime.block_on(state.clear())?;
-    let erased = memory
-        .manager
-        .forget()
+    let erased = runtime
+        .block_on(memory.manager.forget())
         .context("cannot erase your memories")?;
     let store = super::sessions::store(ctx);
     let mut sessions = 0;

@@ -5,10 +5,11 @@ use std::sync::Arc;
 
 use anyhow::Result;
 use clap::{ArgGroup, Args, Subcommand, ValueEnum};
+use engram_agent::scheduler::MissedPolicy;
 use engram_agent::scheduler::view::{job_line, job_view, local, run_line, run_view};
 use engram_agent::scheduler::{JobRequest, ScheduleInput, Scheduler, SchedulerError};
 use engram_core::SystemClock;
-use engram_store_sqlite::jobs::{JobError, JobStore, MissedPolicy, RunStatus};
+use engram_core::store::jobs::{JobError, RunStatus};
 use serde_json::json;
 
 use super::Context;
@@ -128,7 +129,9 @@ pub fn run(ctx: &Context, command: CronCommand) -> Result<Status> {
         CronCommand::Add(args) => add(ctx, &scheduler, args),
         CronCommand::List(args) => list(ctx, &scheduler, args.all),
         CronCommand::Remove(args) => {
-            let job = scheduler.remove(args.id.trim()).map_err(failure)?;
+            let job = ctx
+                .block_on(scheduler.remove(args.id.trim()))?
+                .map_err(failure)?;
             if ctx.json {
                 output::json(&json!({"removed": job_view(&job)}))?;
             } else {
@@ -145,11 +148,9 @@ pub fn run(ctx: &Context, command: CronCommand) -> Result<Status> {
 
 /// The scheduler over this home's database, with the configured default zone.
 pub fn open_scheduler(ctx: &Context) -> Result<Scheduler> {
-    ctx.home.ensure()?;
     let config = scheduler_config(ctx)?;
-    let store = JobStore::open(ctx.home.database_path())?;
     Ok(Scheduler::new(
-        Arc::new(store),
+        ctx.backend()?.jobs,
         Arc::new(SystemClock),
         config.timezone,
     ))
@@ -182,7 +183,7 @@ fn add(ctx: &Context, scheduler: &Scheduler, args: CronAddArgs) -> Result<Status
         MissedArg::Skip => MissedPolicy::Skip,
     };
     request.keep_after_run = args.keep;
-    let job = scheduler.add(&request).map_err(failure)?;
+    let job = ctx.block_on(scheduler.add(&request))?.map_err(failure)?;
     if ctx.json {
         output::json(&job_view(&job))?;
     } else {
@@ -202,7 +203,7 @@ fn add(ctx: &Context, scheduler: &Scheduler, args: CronAddArgs) -> Result<Status
 }
 
 fn list(ctx: &Context, scheduler: &Scheduler, all: bool) -> Result<Status> {
-    let jobs = scheduler.list(all).map_err(failure)?;
+    let jobs = ctx.block_on(scheduler.list(all))?.map_err(failure)?;
     if ctx.json {
         let views: Vec<_> = jobs.iter().map(job_view).collect();
         output::json(&views)?;
@@ -220,7 +221,9 @@ fn list(ctx: &Context, scheduler: &Scheduler, all: bool) -> Result<Status> {
 }
 
 fn set_enabled(ctx: &Context, scheduler: &Scheduler, id: &str, enabled: bool) -> Result<Status> {
-    let job = scheduler.set_enabled(id.trim(), enabled).map_err(failure)?;
+    let job = ctx
+        .block_on(scheduler.set_enabled(id.trim(), enabled))?
+        .map_err(failure)?;
     if ctx.json {
         output::json(&job_view(&job))?;
     } else if enabled {
@@ -237,13 +240,10 @@ fn set_enabled(ctx: &Context, scheduler: &Scheduler, id: &str, enabled: bool) ->
 }
 
 fn run_now(ctx: &Context, scheduler: &Scheduler, id: &str) -> Result<Status> {
-    let job = scheduler.get(id.trim()).map_err(failure)?;
+    let job = ctx.block_on(scheduler.get(id.trim()))?.map_err(failure)?;
     let runner = turn_runner(ctx, None)?;
-    let runtime = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()?;
-    let finished = runtime
-        .block_on(scheduler.run_now(&job.id, runner.as_ref()))
+    let finished = ctx
+        .block_on(scheduler.run_now(&job.id, runner.as_ref()))?
         .map_err(failure)?;
     let ok = finished.run.status == RunStatus::Ok;
     if ctx.json {
@@ -266,9 +266,9 @@ fn run_now(ctx: &Context, scheduler: &Scheduler, id: &str) -> Result<Status> {
 
 fn runs(ctx: &Context, scheduler: &Scheduler, id: &str, limit: usize) -> Result<Status> {
     let id = id.trim();
-    let runs = scheduler.runs(id, limit).map_err(failure)?;
-    let tz = scheduler
-        .get(id)
+    let runs = ctx.block_on(scheduler.runs(id, limit))?.map_err(failure)?;
+    let tz = ctx
+        .block_on(scheduler.get(id))?
         .map(|job| job.tz)
         .unwrap_or_else(|_| "UTC".into());
     if ctx.json {

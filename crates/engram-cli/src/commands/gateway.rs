@@ -219,17 +219,12 @@ impl TurnRunner for AgentRunner {
 /// Runs `engram gateway`.
 pub fn run(ctx: &Context, args: GatewayArgs) -> Result<Status> {
     let (gateway, lock) = build(ctx, args)?;
-    let runtime = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .context("cannot start the async runtime")?;
-    runtime.block_on(async {
+    ctx.block_on(async {
         // Handlers go in before the gateway logs anything, so a SIGTERM sent as soon as it is
         // seen running is caught rather than killing it outright.
         let shutdown = shutdown_signal()?;
         gateway.run(shutdown).await.map_err(anyhow::Error::from)
-    })?;
+    })??;
     drop(lock);
     Ok(Status::Success)
 }

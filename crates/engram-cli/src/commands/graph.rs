@@ -7,8 +7,8 @@ use std::path::{Path, PathBuf};
 
 use anyhow::{Context as _, Result};
 use clap::Args;
+use engram_core::store::graph::{Entity, ObservationInput, Relation};
 use engram_server::knowledge::KnowledgeBase;
-use engram_store_sqlite::graph::{Entity, ObservationInput, Relation};
 use serde::{Deserialize, Serialize};
 
 use super::serve::open_stores;
@@ -110,6 +110,7 @@ fn parse(line: &str) -> Result<Line, String> {
 }
 
 struct Importer<'a> {
+    ctx: &'a Context,
     kb: &'a KnowledgeBase,
     user: &'a str,
     entities: Vec<Entity>,
@@ -123,7 +124,9 @@ impl Importer<'_> {
             return Ok(());
         }
         let batch = std::mem::take(&mut self.entities);
-        let created = self.kb.create_entities(self.user, &batch)?;
+        let created = self
+            .ctx
+            .block_on(self.kb.create_entities(self.user, &batch))??;
         self.summary.entities_created += created.len() as u64;
         self.summary.observations_added += created
             .iter()
@@ -141,7 +144,9 @@ impl Importer<'_> {
             })
             .collect();
         if !merges.is_empty() {
-            let added = self.kb.add_observations(self.user, &merges)?;
+            let added = self
+                .ctx
+                .block_on(self.kb.add_observations(self.user, &merges))??;
             self.summary.observations_added += added
                 .iter()
                 .map(|a| a.added_observations.len() as u64)
@@ -155,7 +160,9 @@ impl Importer<'_> {
             return Ok(());
         }
         let batch = std::mem::take(&mut self.relations);
-        let created = self.kb.create_relations(self.user, &batch)?;
+        let created = self
+            .ctx
+            .block_on(self.kb.create_relations(self.user, &batch))??;
         self.summary.relations_created += created.len() as u64;
         Ok(())
     }
@@ -175,6 +182,7 @@ pub fn import_graph(ctx: &Context, args: ImportGraphArgs) -> Result<Status> {
     let stores = open_stores(ctx)?;
     let kb = KnowledgeBase::new(stores.graph, stores.memories, stores.searcher);
     let mut importer = Importer {
+        ctx,
         kb: &kb,
         user: &user,
         entities: Vec::new(),

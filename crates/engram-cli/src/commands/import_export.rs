@@ -6,7 +6,8 @@ use std::path::Path;
 
 use anyhow::{Context as _, Result};
 use engram_core::import::parse_import_line;
-use engram_core::{AddOutcome, BlockingMemoryStore, NewMemory, StoreError};
+use engram_core::store::EXPORT_PAGE;
+use engram_core::{AddOutcome, ExportCursor, MemoryStore, NewMemory, StoreError};
 use indicatif::{ProgressBar, ProgressStyle};
 use serde::Serialize;
 
@@ -74,11 +75,16 @@ pub fn import(ctx: &Context, args: ImportArgs) -> Result<Status> {
         let size = file.metadata().ok().map(|m| m.len());
         (Box::new(file), size)
     };
-    let store: std::sync::Arc<dyn BlockingMemoryStore> =
-        std::sync::Arc::new(ctx.home.open_store()?);
+    let store = ctx.memories()?;
     let progress = progress_bar(total);
     let batch_size = usize::try_from(args.batch_size).unwrap_or(20_000);
-    let mut summary = import_reader(&*store, progress.wrap_read(reader), batch_size, &progress)
+    let mut summary = ctx
+        .block_on(import_reader(
+            &*store,
+            progress.wrap_read(reader),
+            batch_size,
+            &progress,
+        ))?
         .with_context(|| format!("while importing {}", args.file.display()))?;
     progress.finish_and_clear();
     // With a model configured, the new memories get their vectors now (`engram reindex` would
@@ -115,79 +121,79 @@ type ParsedBatch = Vec<(u64, Result<NewMemory, String>)>;
 /// Reads JSONL memories from `reader` and stores them in batches of `batch_size` lines, each in
 /// one transaction. Bad lines are collected in the summary; the rest are stored.
 ///
-/// Parsing runs on its own thread, one batch ahead of the writer, so reading JSON and writing
-/// SQLite overlap.
-pub fn import_reader(
-    store: &dyn BlockingMemoryStore,
-    reader: impl Read + Send,
+/// Parsing runs on a thread of its own, one batch ahead of the writer, so reading JSON and
+/// writing to the store overlap.
+pub async fn import_reader(
+    store: &dyn MemoryStore,
+    reader: impl Read + Send + 'static,
     batch_size: usize,
     progress: &ProgressBar,
 ) -> Result<ImportSummary> {
-    let (sender, receiver) = std::sync::mpsc::sync_channel::<ParsedBatch>(2);
-    std::thread::scope(|scope| {
-        let parser = scope.spawn(move || -> std::io::Result<()> {
-            let mut reader = BufReader::with_capacity(1 << 16, reader);
-            let mut batch: ParsedBatch = Vec::with_capacity(batch_size);
-            let mut line_no = 0u64;
-            let mut buf = Vec::new();
-            loop {
-                buf.clear();
-                if reader.read_until(b'\n', &mut buf)? == 0 {
-                    break;
-                }
-                line_no += 1;
-                // Editors on some systems start a UTF-8 file with a byte order mark.
-                let line = if line_no == 1 {
-                    strip_bom(&buf)
-                } else {
-                    &buf[..]
-                };
-                if line.iter().all(u8::is_ascii_whitespace) {
-                    continue;
-                }
-                batch.push((line_no, parse_import_line(line, None)));
-                if batch.len() >= batch_size {
-                    let full = std::mem::replace(&mut batch, Vec::with_capacity(batch_size));
-                    if sender.send(full).is_err() {
-                        // The writer stopped (it failed); its error is the one to report.
-                        return Ok(());
-                    }
-                }
-            }
-            if !batch.is_empty() {
-                let _ = sender.send(batch);
-            }
-            Ok(())
-        });
-        let mut summary = ImportSummary::default();
-        let mut written = Ok(());
-        for parsed in receiver {
-            let mut good = Vec::with_capacity(parsed.len());
-            for (line, result) in parsed {
-                match result {
-                    Ok(memory) => good.push((line, memory)),
-                    Err(error) => summary.rejected.push(Rejection { line, error }),
-                }
-            }
-            if let Err(e) = flush(store, &mut good, &mut summary) {
-                written = Err(e);
+    let (sender, mut receiver) = tokio::sync::mpsc::channel::<ParsedBatch>(2);
+    let parser = std::thread::spawn(move || -> std::io::Result<()> {
+        let mut reader = BufReader::with_capacity(1 << 16, reader);
+        let mut batch: ParsedBatch = Vec::with_capacity(batch_size);
+        let mut line_no = 0u64;
+        let mut buf = Vec::new();
+        loop {
+            buf.clear();
+            if reader.read_until(b'\n', &mut buf)? == 0 {
                 break;
             }
-            progress.set_message(format!("{} added", summary.added));
+            line_no += 1;
+            // Editors on some systems start a UTF-8 file with a byte order mark.
+            let line = if line_no == 1 {
+                strip_bom(&buf)
+            } else {
+                &buf[..]
+            };
+            if line.iter().all(u8::is_ascii_whitespace) {
+                continue;
+            }
+            batch.push((line_no, parse_import_line(line, None)));
+            if batch.len() >= batch_size {
+                let full = std::mem::replace(&mut batch, Vec::with_capacity(batch_size));
+                if sender.blocking_send(full).is_err() {
+                    // The writer stopped (it failed); its error is the one to report.
+                    return Ok(());
+                }
+            }
         }
-        let read = parser
-            .join()
-            .map_err(|_| anyhow::anyhow!("the import reader thread failed"))?;
-        written?;
-        read?;
-        Ok(summary)
-    })
+        if !batch.is_empty() {
+            let _ = sender.blocking_send(batch);
+        }
+        Ok(())
+    });
+    let mut summary = ImportSummary::default();
+    let mut written = Ok(());
+    while let Some(parsed) = receiver.recv().await {
+        let mut good = Vec::with_capacity(parsed.len());
+        for (line, result) in parsed {
+            match result {
+                Ok(memory) => good.push((line, memory)),
+                Err(error) => summary.rejected.push(Rejection { line, error }),
+            }
+        }
+        if let Err(e) = flush(store, &mut good, &mut summary).await {
+            written = Err(e);
+            break;
+        }
+        progress.set_message(format!("{} added", summary.added));
+    }
+    // Unblocks a parser waiting to send after the writer stopped.
+    drop(receiver);
+    let read = parser
+        .join()
+        .map_err(|_| anyhow::anyhow!("the import reader thread failed"))?;
+    written?;
+    read?;
+    Ok(summary)
 }
 
 /// Stores one batch in one transaction. A failure of the whole batch (disk full, locked for too
 /// long) stops the import: earlier batches are committed, this one is not.
-fn flush(
-    store: &dyn BlockingMemoryStore,
+async fn flush(
+    store: &dyn MemoryStore,
     batch: &mut Vec<(u64, NewMemory)>,
     summary: &mut ImportSummary,
 ) -> Result<()> {
@@ -198,6 +204,7 @@ fn flush(
     let first = lines.first().copied().unwrap_or(0);
     let outcomes = store
         .add_many(memories, "import")
+        .await
         .with_context(|| format!("import stopped at line {first}; lines before it were stored"))?;
     for (line, outcome) in lines.into_iter().zip(outcomes) {
         match outcome {
@@ -218,11 +225,11 @@ fn flush(
 
 pub fn export(ctx: &Context, args: ExportArgs) -> Result<Status> {
     let user = require_user(args.user)?;
-    let store = ctx.home.open_store()?;
+    let store = ctx.memories()?;
     let count = match &args.output {
         None => {
             let mut out = BufWriter::new(crate::output::stdout());
-            let n = write_jsonl(&store, &user, &mut out)?;
+            let n = ctx.block_on(write_jsonl(store.as_ref(), &user, &mut out))??;
             out.flush()?;
             n
         }
@@ -235,7 +242,7 @@ pub fn export(ctx: &Context, args: ExportArgs) -> Result<Status> {
             let mut tmp = tempfile_in(dir)?;
             let n = {
                 let mut out = BufWriter::new(tmp.as_file_mut());
-                let n = write_jsonl(&store, &user, &mut out)?;
+                let n = ctx.block_on(write_jsonl(store.as_ref(), &user, &mut out))??;
                 out.flush()?;
                 n
             };
@@ -258,19 +265,21 @@ fn tempfile_in(dir: &Path) -> Result<tempfile::NamedTempFile> {
         .with_context(|| format!("cannot create a file in {}", dir.display()))
 }
 
-fn write_jsonl(store: &dyn BlockingMemoryStore, user: &str, out: &mut dyn Write) -> Result<u64> {
-    let mut write_error = None;
-    let n = store.export(user, &mut |memory| {
-        let line =
-            serde_json::to_string(&memory).map_err(|e| StoreError::Backend(e.to_string()))?;
-        if let Err(e) = writeln!(out, "{line}") {
-            write_error = Some(e);
-            return Err(StoreError::Backend("output closed".to_string()));
+/// Writes a user's memories as JSONL, oldest first, a page at a time.
+async fn write_jsonl(store: &dyn MemoryStore, user: &str, out: &mut dyn Write) -> Result<u64> {
+    let mut after = None;
+    let mut count = 0;
+    loop {
+        let page = store.export_page(user, after, EXPORT_PAGE).await?;
+        let full = page.len() == EXPORT_PAGE;
+        for memory in page {
+            after = Some(ExportCursor::after(&memory));
+            let line = serde_json::to_string(&memory).context("cannot write a memory")?;
+            writeln!(out, "{line}").context("cannot write the export")?;
+            count += 1;
         }
-        Ok(())
-    });
-    if let Some(e) = write_error {
-        return Err(e).context("cannot write the export");
+        if !full {
+            return Ok(count);
+        }
     }
-    Ok(n?)
 }

@@ -1,7 +1,7 @@
 //! `engram mcp`: the MCP server over standard input and output, for MCP clients that start
 //! their servers as child processes.
 
-use anyhow::{Context as _, Result, anyhow};
+use anyhow::{Result, anyhow};
 use clap::Args;
 
 use super::Context;
@@ -36,13 +36,7 @@ pub fn run(ctx: &Context, args: McpArgs) -> Result<Status> {
     let service = stores.service(engram_server::service::default_concurrency());
     let config = crate::config::Config::load(ctx.home.dir())?;
     let user = super::agent_common::default_user(&config, args.user.or(settings.user));
-    let runtime = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .context("cannot start the async runtime")?;
-    runtime
-        .block_on(engram_server::mcp::serve_stdio(service, Some(user)))
+    ctx.block_on(engram_server::mcp::serve_stdio(service, Some(user)))?
         .map_err(|e| anyhow!(e))?;
     Ok(Status::Success)
 }

@@ -5,7 +5,7 @@ use std::io::{BufRead, IsTerminal, Write};
 
 use anyhow::Result;
 use engram_core::store::MemoryPatch;
-use engram_core::{AddOutcome, BlockingMemoryStore, NewMemory};
+use engram_core::{AddOutcome, NewMemory};
 use serde_json::{Value, json};
 
 use super::{Context, filter_from, parse_cli_time, require_user, scope_from};
@@ -44,12 +44,14 @@ pub fn add(ctx: &Context, args: AddArgs) -> Result<Status> {
         memory.metadata.insert(entry.key, meta_value(&entry.value));
     }
     memory.validate().map_err(|e| usage(e.to_string()))?;
-    let store: std::sync::Arc<dyn BlockingMemoryStore> =
-        std::sync::Arc::new(ctx.home.open_store()?);
+    let store = ctx.memories()?;
     let embedder = super::retrieval::embedder(ctx)?;
-    let outcome = super::retrieval::runtime()?.block_on(
-        engram_memory::indexing::add_with_vector(&store, embedder.as_ref(), memory, "cli"),
-    )?;
+    let outcome = ctx.block_on(engram_memory::indexing::add_with_vector(
+        &store,
+        embedder.as_ref(),
+        memory,
+        "cli",
+    ))??;
     match outcome {
         AddOutcome::Added(memory) => {
             if ctx.json {
@@ -73,7 +75,7 @@ pub fn add(ctx: &Context, args: AddArgs) -> Result<Status> {
 }
 
 pub fn get(ctx: &Context, args: IdArgs) -> Result<Status> {
-    let memory = ctx.home.open_store()?.get(args.id)?;
+    let memory = ctx.block_on(ctx.memories()?.get(args.id))??;
     if ctx.json {
         output::json(&memory)?;
     } else {
@@ -94,7 +96,7 @@ pub fn update(ctx: &Context, args: UpdateArgs) -> Result<Status> {
             "nothing to change: give the new text, --importance or --category",
         ));
     }
-    let memory = ctx.home.open_store()?.update(args.id, patch, "cli")?;
+    let memory = ctx.block_on(ctx.memories()?.update(args.id, patch, "cli"))??;
     if ctx.json {
         output::json(&memory)?;
     } else {
@@ -104,7 +106,7 @@ pub fn update(ctx: &Context, args: UpdateArgs) -> Result<Status> {
 }
 
 pub fn invalidate(ctx: &Context, args: IdArgs) -> Result<Status> {
-    let memory = ctx.home.open_store()?.invalidate(args.id, "cli")?;
+    let memory = ctx.block_on(ctx.memories()?.invalidate(args.id, "cli"))??;
     if ctx.json {
         output::json(&memory)?;
     } else {
@@ -114,7 +116,7 @@ pub fn invalidate(ctx: &Context, args: IdArgs) -> Result<Status> {
 }
 
 pub fn delete(ctx: &Context, args: IdArgs) -> Result<Status> {
-    let memory = ctx.home.open_store()?.delete(args.id, "cli")?;
+    let memory = ctx.block_on(ctx.memories()?.delete(args.id, "cli"))??;
     if ctx.json {
         output::json(&json!({"status": "deleted", "id": memory.id}))?;
     } else {
@@ -124,7 +126,7 @@ pub fn delete(ctx: &Context, args: IdArgs) -> Result<Status> {
 }
 
 pub fn history(ctx: &Context, args: IdArgs) -> Result<Status> {
-    let events = ctx.home.open_store()?.history(args.id)?;
+    let events = ctx.block_on(ctx.memories()?.history(args.id))??;
     if ctx.json {
         output::json(&events)?;
     } else {
@@ -137,10 +139,7 @@ pub fn history(ctx: &Context, args: IdArgs) -> Result<Status> {
 
 pub fn list(ctx: &Context, args: ListArgs) -> Result<Status> {
     let filter = filter_from(&args.scope, &args.filter)?;
-    let memories = ctx
-        .home
-        .open_store()?
-        .list(&filter, args.limit, args.offset)?;
+    let memories = ctx.block_on(ctx.memories()?.list(&filter, args.limit, args.offset))??;
     if ctx.json {
         output::json(&memories)?;
     } else if memories.is_empty() {
@@ -155,7 +154,7 @@ pub fn list(ctx: &Context, args: ListArgs) -> Result<Status> {
 
 pub fn forget(ctx: &Context, args: ForgetArgs) -> Result<Status> {
     let user = require_user(args.user)?;
-    let store = ctx.home.open_store()?;
+    let store = ctx.memories()?;
     if !args.yes {
         if !std::io::stdin().is_terminal() {
             return Err(usage(format!(
@@ -166,7 +165,7 @@ pub fn forget(ctx: &Context, args: ForgetArgs) -> Result<Status> {
             include_closed: true,
             ..engram_core::Filter::user(user.clone())
         };
-        let count = store.count(&filter)?;
+        let count = ctx.block_on(store.count(&filter))??;
         eprint!(
             "Erase all {count} memories of {user}, and their history? This cannot be undone. [y/N] "
         );
@@ -178,7 +177,7 @@ pub fn forget(ctx: &Context, args: ForgetArgs) -> Result<Status> {
             return Ok(Status::Failure);
         }
     }
-    let removed = store.forget_user(&user)?;
+    let removed = ctx.block_on(store.forget_user(&user))??;
     if ctx.json {
         output::json(&json!({"status": "forgotten", "user_id": user, "memories": removed}))?;
     } else {
@@ -188,7 +187,7 @@ pub fn forget(ctx: &Context, args: ForgetArgs) -> Result<Status> {
 }
 
 pub fn stats(ctx: &Context) -> Result<Status> {
-    let stats = ctx.home.open_store()?.stats()?;
+    let stats = ctx.block_on(ctx.memories()?.stats())??;
     if ctx.json {
         output::json(&stats)?;
         return Ok(Status::Success);

@@ -2,11 +2,8 @@
 //! invalidates old unimportant episodes and expired memories (they stay in history); compact has
 //! the model condense a bloated profile (the old entries stay in history).
 
-use std::sync::Arc;
-
 use anyhow::Result;
 use clap::{Args, Subcommand};
-use engram_core::BlockingMemoryStore;
 use engram_core::time::parse_duration;
 use engram_llm::process_env;
 use engram_memory::maintenance::{self, CleanupReason, CleanupRule};
@@ -85,8 +82,15 @@ fn cleanup(ctx: &Context, args: CleanupArgs) -> Result<Status> {
         older_than,
         below_importance: args.below_importance,
     };
-    let store = ctx.home.open_store()?;
-    let report = maintenance::cleanup(&store, &user, &rule, Timestamp::now(), args.dry_run, ACTOR)?;
+    let store = ctx.memories()?;
+    let report = ctx.block_on(maintenance::cleanup(
+        store.as_ref(),
+        &user,
+        &rule,
+        Timestamp::now(),
+        args.dry_run,
+        ACTOR,
+    ))??;
     if ctx.json {
         output::json(&report)?;
         return Ok(Status::Success);
@@ -122,15 +126,14 @@ fn compact(ctx: &Context, args: CompactArgs) -> Result<Status> {
         status: Status::Usage,
         message: e.in_file(&config.path).to_string(),
     })?;
-    let store: Arc<dyn BlockingMemoryStore> = Arc::new(ctx.home.open_store()?);
-    let runtime = crate::commands::agent_common::runtime()?;
-    let report = runtime.block_on(maintenance::compact_profile(
+    let store = ctx.memories()?;
+    let report = ctx.block_on(maintenance::compact_profile(
         store.as_ref(),
         model.as_ref(),
         &user,
         Timestamp::now(),
         ACTOR,
-    ))?;
+    ))??;
     if ctx.json {
         output::json(&report)?;
         return Ok(Status::Success);

@@ -20,8 +20,12 @@ pub mod sessions;
 pub mod skills;
 pub mod token;
 
-use anyhow::Result;
-use engram_core::{Filter, Scope};
+use std::future::Future;
+use std::sync::{Arc, OnceLock};
+
+use anyhow::{Context as _, Result};
+use engram_backend::StoreConfig;
+use engram_core::{Backend, Filter, MemoryStore, Scope};
 use jiff::Timestamp;
 use jiff::tz::TimeZone;
 
@@ -29,21 +33,84 @@ use crate::cli::{Cli, Command, FilterArgs, ScopeArgs};
 use crate::exit::{Status, usage};
 use crate::home::Home;
 
-/// What every command gets: where state lives and how to print.
+/// What every command gets: where state lives, how to print, the async runtime and the
+/// store. The runtime and the store are made on first use, once per process: this is the
+/// program's composition root for storage.
 #[derive(Debug, Clone)]
 pub struct Context {
     /// ENGRAM_HOME.
     pub home: Home,
     /// Print JSON instead of text.
     pub json: bool,
+    runtime: Arc<OnceLock<tokio::runtime::Runtime>>,
+    backend: Arc<OnceLock<Backend>>,
+}
+
+impl Context {
+    /// A context for `home`, printing JSON when `json`.
+    pub fn new(home: Home, json: bool) -> Self {
+        Self {
+            home,
+            json,
+            runtime: Arc::default(),
+            backend: Arc::default(),
+        }
+    }
+
+    /// The process's async runtime (multi-threaded, one worker per core), started on first
+    /// use.
+    pub fn runtime(&self) -> Result<&tokio::runtime::Runtime> {
+        self.start_runtime(None)
+    }
+
+    /// Starts the process's runtime with `workers` worker threads (default: one per core);
+    /// a command that wants a number calls this before anything else uses the runtime.
+    pub fn start_runtime(&self, workers: Option<usize>) -> Result<&tokio::runtime::Runtime> {
+        if let Some(runtime) = self.runtime.get() {
+            return Ok(runtime);
+        }
+        let mut builder = tokio::runtime::Builder::new_multi_thread();
+        if let Some(workers) = workers {
+            builder.worker_threads(workers.max(1));
+        }
+        let runtime = builder
+            .enable_all()
+            .build()
+            .context("cannot start the async runtime")?;
+        Ok(self.runtime.get_or_init(|| runtime))
+    }
+
+    /// Runs `future` to completion on the process's runtime. Not for use inside async code.
+    pub fn block_on<F: Future>(&self, future: F) -> Result<F::Output> {
+        Ok(self.runtime()?.block_on(future))
+    }
+
+    /// Where the store is: ENGRAM_HOME/engram.db.
+    pub fn store_config(&self) -> StoreConfig {
+        StoreConfig::in_home(self.home.dir())
+    }
+
+    /// The store, opened (created and migrated if needed) on first use and shared by
+    /// everything this process does. Not for use inside async code.
+    pub fn backend(&self) -> Result<Backend> {
+        if let Some(backend) = self.backend.get() {
+            return Ok(backend.clone());
+        }
+        self.home.ensure()?;
+        let config = self.store_config();
+        let backend = self.block_on(engram_backend::open(&config))??;
+        Ok(self.backend.get_or_init(|| backend).clone())
+    }
+
+    /// The memories of [`Context::backend`].
+    pub fn memories(&self) -> Result<Arc<dyn MemoryStore>> {
+        Ok(self.backend()?.memories)
+    }
 }
 
 /// Runs the command line, returning the exit status.
 pub fn run(cli: Cli) -> Result<Status> {
-    let ctx = Context {
-        home: Home::resolve(cli.home)?,
-        json: cli.json,
-    };
+    let ctx = Context::new(Home::resolve(cli.home)?, cli.json);
     match cli.command {
         Command::Add(args) => memory::add(&ctx, args),
         Command::Import(args) => import_export::import(&ctx, args),

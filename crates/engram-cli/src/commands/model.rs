@@ -9,7 +9,6 @@ use indicatif::{ProgressBar, ProgressStyle};
 use serde_json::json;
 
 use super::Context;
-use super::retrieval::runtime;
 use crate::exit::Status;
 use crate::output;
 
@@ -76,7 +75,7 @@ fn fetch(ctx: &Context, args: FetchArgs) -> Result<Status> {
         shown.set_length(p.bytes_total.unwrap_or(p.bytes_done));
         shown.set_position(p.bytes_done);
     };
-    let installed = runtime()?.block_on(hub::fetch_model(&source, &request, &mut on_progress))?;
+    let installed = ctx.block_on(hub::fetch_model(&source, &request, &mut on_progress))??;
     bar.finish_and_clear();
     if ctx.json {
         output::json(&json!({

@@ -1,11 +1,11 @@
 //! The pieces every searching command shares: the configured embedder, a searcher built from
-//! it, the async runtime, and `engram reindex`.
+//! it, and `engram reindex`.
 
 use std::io::IsTerminal;
 use std::sync::Arc;
 
-use anyhow::{Context as _, Result};
-use engram_core::{BlockingMemoryStore, Embedder};
+use anyhow::Result;
+use engram_core::{Embedder, MemoryStore};
 use engram_embed::EmbedConfig;
 use engram_embed::config::LEXICAL_ONLY_NOTICE;
 use engram_memory::indexing::embed_pending;
@@ -33,15 +33,6 @@ pub struct SearchSettings {
     pub importance: Option<f64>,
     /// Share of lexical evidence in relevance (0..1).
     pub lexical_share: Option<f64>,
-}
-
-/// A multi-threaded runtime for commands that embed or call models.
-pub fn runtime() -> Result<tokio::runtime::Runtime> {
-    tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .context("cannot start the async runtime")
 }
 
 /// The embedder that config.toml and ENGRAM_EMBED_MODEL ask for; `None` means lexical search.
@@ -98,7 +89,7 @@ pub fn profile(ctx: &Context, flag: Option<&str>) -> Result<RankingProfile> {
 /// A searcher over `store` with the configured embedder and profile.
 pub fn searcher(
     ctx: &Context,
-    store: Arc<dyn BlockingMemoryStore>,
+    store: Arc<dyn MemoryStore>,
     profile_flag: Option<&str>,
 ) -> Result<Searcher> {
     Ok(Searcher::new(store)
@@ -110,7 +101,7 @@ pub fn searcher(
 /// bar; returns the model and how many texts were embedded (`None` without a model).
 pub fn embed_all_pending(
     ctx: &Context,
-    store: Arc<dyn BlockingMemoryStore>,
+    store: Arc<dyn MemoryStore>,
 ) -> Result<Option<(String, u64)>> {
     let Some(embedder) = embedder(ctx)? else {
         return Ok(None);
@@ -132,15 +123,14 @@ pub fn embed_all_pending(
         bar.set_position(done);
     };
     let model = embedder.model_id().to_string();
-    let embedded = runtime()?.block_on(embed_pending(&store, &embedder, &mut on_progress))?;
+    let embedded = ctx.block_on(embed_pending(&store, &embedder, &mut on_progress))??;
     progress.finish_and_clear();
     Ok(Some((model, embedded)))
 }
 
 /// `engram reindex`: gives every stored text a vector from the configured model.
 pub fn reindex(ctx: &Context, _args: ReindexArgs) -> Result<Status> {
-    let store: Arc<dyn BlockingMemoryStore> = Arc::new(ctx.home.open_store()?);
-    let Some((model, embedded)) = embed_all_pending(ctx, store)? else {
+    let Some((model, embedded)) = embed_all_pending(ctx, ctx.memories()?)? else {
         return Err(usage(
             "no embedding model is configured; set ENGRAM_EMBED_MODEL or [embed] in config.toml first",
         ));

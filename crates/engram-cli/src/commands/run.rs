@@ -11,8 +11,7 @@ use serde_json::json;
 
 use super::Context;
 use super::agent_common::{
-    AgentArgs, TurnPrinter, cancel_on_ctrl_c, prepare_with_memory, report_fit_outcomes, runtime,
-    usage_text,
+    AgentArgs, TurnPrinter, cancel_on_ctrl_c, prepare_with_memory, report_fit_outcomes, usage_text,
 };
 use crate::exit::{Failure, Status, usage};
 
@@ -66,7 +65,7 @@ pub fn run(ctx: &Context, args: RunArgs) -> Result<Status> {
         None => one_shot_key()?,
     };
     let (setup, memory) = prepare_with_memory(ctx, &args.agent, key)?;
-    let runtime = runtime()?;
+    let runtime = ctx.runtime()?;
     let show_answer = !ctx.json;
     let mut state = memory.open_state(setup.tools.clone())?;
     let (outcome, record, extraction) = runtime.block_on(async {

@@ -3,7 +3,6 @@
 use std::fs::File;
 use std::io::{BufRead, BufReader, BufWriter, Read, Write};
 use std::path::Path;
-use std::sync::Arc;
 
 use anyhow::{Context as _, Result};
 use engram_core::{Filter, Memory};
@@ -71,16 +70,12 @@ pub fn search(ctx: &Context, args: SearchArgs) -> Result<Status> {
         return Err(usage("the search query is empty"));
     }
     let filter = filter_from(&args.scope, &args.filter)?;
-    let searcher = retrieval::searcher(
-        ctx,
-        Arc::new(ctx.home.open_store()?),
-        args.profile.as_deref(),
-    )?;
-    let results = retrieval::runtime()?.block_on(searcher.search(&SearchRequest {
+    let searcher = retrieval::searcher(ctx, ctx.memories()?, args.profile.as_deref())?;
+    let results = ctx.block_on(searcher.search(&SearchRequest {
         filter,
         query,
         limit: args.limit,
-    }))?;
+    }))??;
     for notice in &results.notices {
         eprintln!("note: {notice}");
     }
@@ -131,8 +126,8 @@ fn search_batch(
     } else {
         Box::new(File::open(path).with_context(|| format!("cannot open {}", path.display()))?)
     };
-    let searcher = retrieval::searcher(ctx, Arc::new(ctx.home.open_store()?), profile)?;
-    let runtime = retrieval::runtime()?;
+    let searcher = retrieval::searcher(ctx, ctx.memories()?, profile)?;
+    let runtime = ctx.runtime()?;
     let mut notices_shown = false;
     let mut out = BufWriter::new(crate::output::stdout());
     let mut failures = 0u64;

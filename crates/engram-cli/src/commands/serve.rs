@@ -1,17 +1,13 @@
 //! `engram serve`: the REST API and the MCP server (streamable HTTP at /mcp) on one port.
 
 use std::io::IsTerminal;
-use std::sync::Arc;
 
 use anyhow::{Context as _, Result};
 use clap::Args;
-use engram_core::BlockingMemoryStore;
 use engram_llm::process_env;
 use engram_server::config::{DEFAULT_LISTEN, ServerSettings, parse_listen};
 use engram_server::service::Extraction;
 use engram_server::{ServeOptions, Server, Stores, shutdown_signal};
-use engram_store_sqlite::graph::GraphStore;
-use engram_store_sqlite::tokens::TokenStore;
 
 use super::gateway::GatewayArgs;
 use super::{Context, retrieval};
@@ -67,16 +63,9 @@ pub fn server_settings(ctx: &Context) -> Result<ServerSettings> {
 /// The stores of ENGRAM_HOME, searched the way `engram search` searches (with the configured
 /// embedder and ranking profile).
 pub fn open_stores(ctx: &Context) -> Result<Stores> {
-    let store = Arc::new(ctx.home.open_store()?);
-    let path = ctx.home.database_path();
-    let memories: Arc<dyn BlockingMemoryStore> = store;
-    let searcher = retrieval::searcher(ctx, memories.clone(), None)?;
-    Ok(Stores {
-        memories,
-        searcher,
-        tokens: Arc::new(TokenStore::open(&path)?),
-        graph: Arc::new(GraphStore::open(&path)?),
-    })
+    let backend = ctx.backend()?;
+    let searcher = retrieval::searcher(ctx, backend.memories.clone(), None)?;
+    Ok(Stores::new(&backend, searcher))
 }
 
 /// Extraction for `infer: true`, when a language model is configured ([llm] in config.toml or
@@ -119,6 +108,9 @@ pub fn init_logging() {
 /// Runs `engram serve` until Ctrl-C or SIGTERM.
 pub fn run(ctx: &Context, args: ServeArgs) -> Result<Status> {
     init_logging();
+    // One worker per core by default: the handlers are light, and the store's blocking work
+    // runs on the blocking pool.
+    let runtime = ctx.start_runtime(args.workers.map(usize::from))?;
     let settings = server_settings(ctx)?;
     let listen = args
         .listen
@@ -150,16 +142,6 @@ pub fn run(ctx: &Context, args: ServeArgs) -> Result<Status> {
     } else {
         None
     };
-    // One worker per core by default: the handlers are light, the store work runs on the
-    // blocking pool.
-    let mut builder = tokio::runtime::Builder::new_multi_thread();
-    if let Some(workers) = args.workers {
-        builder.worker_threads(usize::from(workers));
-    }
-    let runtime = builder
-        .enable_all()
-        .build()
-        .context("cannot start the async runtime")?;
     runtime.block_on(async move {
         let server = Server::bind(&stores, options).await.map_err(|e| match e {
             engram_server::ServeError::NoTokens(_) => usage(e.to_string()),

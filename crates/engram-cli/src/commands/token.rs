@@ -2,7 +2,8 @@
 
 use anyhow::Result;
 use clap::{Args, Subcommand};
-use engram_store_sqlite::tokens::{TokenError, TokenStore};
+use engram_core::store::tokens::TokenError;
+use engram_server::tokens::create_token;
 use jiff::Timestamp;
 use serde_json::json;
 
@@ -45,11 +46,6 @@ pub struct TokenRevokeArgs {
     pub id: String,
 }
 
-fn open(ctx: &Context) -> Result<TokenStore> {
-    ctx.home.ensure()?;
-    Ok(TokenStore::open(ctx.home.database_path())?)
-}
-
 fn failure(err: TokenError) -> anyhow::Error {
     match err {
         TokenError::NotFound(_) => Failure {
@@ -64,11 +60,16 @@ fn failure(err: TokenError) -> anyhow::Error {
 
 /// Runs a token command.
 pub fn run(ctx: &Context, command: TokenCommand) -> Result<Status> {
-    let tokens = open(ctx)?;
+    let tokens = ctx.backend()?.tokens;
     match command {
         TokenCommand::Create(args) => {
-            let (token, text) = tokens
-                .create(args.name.as_deref(), &args.users, Timestamp::now())
+            let (token, text) = ctx
+                .block_on(create_token(
+                    tokens.as_ref(),
+                    args.name.as_deref(),
+                    &args.users,
+                    Timestamp::now(),
+                ))?
                 .map_err(failure)?;
             if ctx.json {
                 output::json(&json!({
@@ -84,7 +85,7 @@ pub fn run(ctx: &Context, command: TokenCommand) -> Result<Status> {
             }
         }
         TokenCommand::List => {
-            let list = tokens.list().map_err(failure)?;
+            let list = ctx.block_on(tokens.list())?.map_err(failure)?;
             if ctx.json {
                 output::json(&list)?;
             } else if list.is_empty() {
@@ -115,7 +116,9 @@ pub fn run(ctx: &Context, command: TokenCommand) -> Result<Status> {
             }
         }
         TokenCommand::Revoke(args) => {
-            let token = tokens.revoke(&args.id, Timestamp::now()).map_err(failure)?;
+            let token = ctx
+                .block_on(tokens.revoke(&args.id, Timestamp::now()))?
+                .map_err(failure)?;
             if ctx.json {
                 output::json(&token)?;
             } else {

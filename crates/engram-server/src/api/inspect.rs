@@ -273,13 +273,10 @@ pub(crate) async fn graph(
             "limit applies to a search: give query too",
         ));
     }
-    let owner = user.clone();
-    let graph = state
-        .service
-        .graph(&access, &user, move |kb| match search {
-            Some(q) => kb.search_nodes(&owner, &q, limit),
-            None => kb.read_graph(&owner),
-        })
-        .await?;
+    let kb = state.service.graph(&access, &user)?;
+    let graph = match search {
+        Some(q) => kb.search_nodes(&user, &q, limit).await?,
+        None => kb.read_graph(&user).await?,
+    };
     Ok(axum::Json(graph).into_response())
 }

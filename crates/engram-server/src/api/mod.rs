@@ -141,9 +141,8 @@ pub(crate) async fn authenticate(
     let access = match state.auth.check_fast(request.headers()) {
         Some(decided) => decided?,
         None => {
-            let headers = request.headers().clone();
-            let auth = state.auth.clone();
-            state.service.run(move |_| auth.check(&headers)).await?
+            let _permit = state.service.permit().await?;
+            state.auth.check(request.headers()).await?
         }
     };
     request.extensions_mut().insert(access);
@@ -171,8 +170,7 @@ async fn log_request(request: Request, next: Next) -> Response {
 }
 
 async fn health(State(state): State<AppState>) -> Response {
-    let auth = state.auth.clone();
-    match state.service.run(move |_| auth.tokens_configured()).await {
+    match state.auth.tokens_configured().await {
         Ok(_) => axum::Json(json!({
             "status": "ok",
             "version": env!("CARGO_PKG_VERSION"),

@@ -16,9 +16,9 @@ use std::time::Duration;
 use axum::Router;
 use axum::http::request::Parts;
 use engram_core::store::MemoryPatch;
+use engram_core::store::graph::{Entity, ObservationDeletion, ObservationInput, Relation};
 use engram_core::{AddOutcome, Filter, Importance, Kind, MemoryId, NewMemory, Scope};
 use engram_memory::SearchRequest;
-use engram_store_sqlite::graph::{Entity, ObservationDeletion, ObservationInput, Relation};
 use rmcp::model::{
     CallToolRequestParams, CallToolResponse, CallToolResult, ContentBlock, Implementation,
     ListResourcesResult, ListToolsResult, PaginatedRequestParams, ReadResourceRequestParams,
@@ -110,7 +110,8 @@ impl McpServer {
         let user = self.user(None, &access, parts)?;
         let graph = self
             .service
-            .graph(&access, &user.clone(), move |kb| kb.read_graph(&user))
+            .graph(&access, &user)?
+            .read_graph(&user)
             .await?;
         Ok(pretty(&to_value(&graph)?))
     }
@@ -330,79 +331,69 @@ impl McpServer {
             "create_entities" => {
                 let a: CreateEntities = args(arguments)?;
                 let created = service
-                    .graph(access, &user.clone(), move |kb| {
-                        kb.create_entities(&user, &a.entities)
-                    })
+                    .graph(access, &user)?
+                    .create_entities(&user, &a.entities)
                     .await?;
                 Ok(json!({"entities": created}))
             }
             "create_relations" => {
                 let a: CreateRelations = args(arguments)?;
                 let created = service
-                    .graph(access, &user.clone(), move |kb| {
-                        kb.create_relations(&user, &a.relations)
-                    })
+                    .graph(access, &user)?
+                    .create_relations(&user, &a.relations)
                     .await?;
                 Ok(json!({"relations": created}))
             }
             "add_observations" => {
                 let a: AddObservations = args(arguments)?;
                 let results = service
-                    .graph(access, &user.clone(), move |kb| {
-                        kb.add_observations(&user, &a.observations)
-                    })
+                    .graph(access, &user)?
+                    .add_observations(&user, &a.observations)
                     .await?;
                 Ok(json!({"results": results}))
             }
             "delete_entities" => {
                 let a: DeleteEntities = args(arguments)?;
                 service
-                    .graph(access, &user.clone(), move |kb| {
-                        kb.delete_entities(&user, &a.entity_names)
-                    })
+                    .graph(access, &user)?
+                    .delete_entities(&user, &a.entity_names)
                     .await?;
                 Ok(json!({"success": true, "message": "Entities deleted successfully"}))
             }
             "delete_observations" => {
                 let a: DeleteObservations = args(arguments)?;
                 service
-                    .graph(access, &user.clone(), move |kb| {
-                        kb.delete_observations(&user, &a.deletions)
-                    })
+                    .graph(access, &user)?
+                    .delete_observations(&user, &a.deletions)
                     .await?;
                 Ok(json!({"success": true, "message": "Observations deleted successfully"}))
             }
             "delete_relations" => {
                 let a: CreateRelations = args(arguments)?;
                 service
-                    .graph(access, &user.clone(), move |kb| {
-                        kb.delete_relations(&user, &a.relations)
-                    })
+                    .graph(access, &user)?
+                    .delete_relations(&user, &a.relations)
                     .await?;
                 Ok(json!({"success": true, "message": "Relations deleted successfully"}))
             }
             "read_graph" => {
-                let graph = service
-                    .graph(access, &user.clone(), move |kb| kb.read_graph(&user))
-                    .await?;
+                let graph = service.graph(access, &user)?.read_graph(&user).await?;
                 to_value(&graph)
             }
             "search_nodes" => {
                 let a: SearchNodes = args(arguments)?;
                 let limit = a.limit.unwrap_or(DEFAULT_SEARCH_ENTITIES);
                 let graph = service
-                    .graph(access, &user.clone(), move |kb| {
-                        kb.search_nodes(&user, &a.query, limit)
-                    })
+                    .graph(access, &user)?
+                    .search_nodes(&user, &a.query, limit)
                     .await?;
                 to_value(&graph)
             }
             "open_nodes" => {
                 let a: OpenNodes = args(arguments)?;
                 let graph = service
-                    .graph(access, &user.clone(), move |kb| {
-                        kb.open_nodes(&user, &a.names)
-                    })
+                    .graph(access, &user)?
+                    .open_nodes(&user, &a.names)
                     .await?;
                 to_value(&graph)
             }

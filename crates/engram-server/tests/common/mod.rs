@@ -6,7 +6,7 @@ use std::path::PathBuf;
 
 use engram_server::config::ServerSettings;
 use engram_server::{ServeError, ServeOptions, Server, Stores};
-use engram_store_sqlite::tokens::TokenStore;
+use engram_store_sqlite::SqliteStore;
 use jiff::Timestamp;
 use serde_json::Value;
 use tempfile::TempDir;
@@ -46,7 +46,10 @@ impl TestServer {
 
     /// Starts a server on the database in `dir` with these options.
     pub async fn start_with_options(dir: TempDir, options: ServeOptions) -> Self {
-        let stores = Stores::open(&dir.path().join("engram.db")).unwrap();
+        let backend = SqliteStore::open(dir.path().join("engram.db"))
+            .unwrap()
+            .into_backend();
+        let stores = Stores::lexical(&backend);
         let server = Server::bind(&stores, options).await.unwrap();
         let addr = server.local_addr().unwrap();
         let (stop, stopped) = oneshot::channel::<()>();
@@ -71,12 +74,13 @@ impl TestServer {
     }
 
     /// A token bound to `users`, made as `engram token create` makes it.
-    pub fn token(&self, users: &[&str]) -> (String, String) {
-        let tokens = TokenStore::open(self.db()).unwrap();
+    pub async fn token(&self, users: &[&str]) -> (String, String) {
+        let tokens = SqliteStore::open(self.db()).unwrap();
         let users: Vec<String> = users.iter().map(|u| u.to_string()).collect();
-        let (token, text) = tokens
-            .create(Some("test"), &users, Timestamp::now())
-            .unwrap();
+        let (token, text) =
+            engram_server::tokens::create_token(&tokens, Some("test"), &users, Timestamp::now())
+                .await
+                .unwrap();
         (token.id, text)
     }
 
