@@ -441,6 +441,17 @@ async fn the_page_is_served_without_a_token() {
         response.headers()["content-type"],
         "text/javascript; charset=utf-8"
     );
+    // Revalidated on every load; unchanged files are not sent again.
+    assert_eq!(response.headers()["cache-control"], "no-cache");
+    let tag = response.headers()["etag"].to_str().unwrap().to_string();
+    let again = client()
+        .get(server.url("/ui/views/profile.js"))
+        .header("if-none-match", &tag)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(again.status(), 304);
+    assert!(again.text().await.unwrap().is_empty());
     let response = client().get(server.url("/ui")).send().await.unwrap();
     // reqwest follows the redirect to /ui/.
     assert_eq!(response.url().path(), "/ui/");
