@@ -85,8 +85,8 @@ async function run(base, runs) {
   // The routes behind the first screen of each view, timed from here (one request at a time).
   const routes = {
     'GET /v1/profile (first page, 50)': '/v1/profile?user_id=bench&limit=50',
-    'GET /v1/timeline (per day and kind)': '/v1/timeline?user_id=bench&tz=UTC',
-    'GET /v1/memories (first page, 100 episodes)': '/v1/memories?user_id=bench&kind=episode&limit=100',
+    'GET /v1/timeline (per day and kind)': '/v1/timeline?user_id=bench&tz=UTC&include_closed=true',
+    'GET /v1/memories (first page, 100 episodes)': '/v1/memories?user_id=bench&kind=episode&limit=100&include_closed=true',
     'GET /v1/users': '/v1/users',
     'GET /v1/sessions': '/v1/sessions?user_id=bench',
   };
