@@ -795,14 +795,15 @@ impl PgStore {
             history_rows: count(3),
             ..StoreStats::default()
         };
-        stats
-            .details
-            .insert("server version".into(), row.get::<_, String>(6));
+        stats.details.insert(
+            "server".into(),
+            format!("PostgreSQL {}", row.get::<_, String>(6)),
+        );
         let tls = if row.get::<_, bool>(7) { "yes" } else { "no" };
         stats.details.insert("tls".into(), tls.to_string());
         stats.details.insert(
-            "connections (this process, at most)".into(),
-            self.options.pool_size.to_string(),
+            "pool".into(),
+            format!("{} connections per process", self.options.pool_size),
         );
         for row in client
             .query("SELECT kind, count(*) FROM memories GROUP BY kind", &[])
