@@ -23,7 +23,10 @@ async fn open(db: &TestDb) -> Arc<PgStore> {
 
 /// A store with something in every table.
 async fn fill(store: &Arc<PgStore>) {
-    let backend: Backend = store.clone().backend();
+    fill_backend(store.clone().backend()).await;
+}
+
+async fn fill_backend(backend: Backend) {
     let at = |s: i64| Timestamp::from_second(1_700_000_000 + s).unwrap();
     let mut ids = Vec::new();
     let mut batch = Vec::new();
@@ -173,7 +176,7 @@ async fn fill(store: &Arc<PgStore>) {
 }
 
 /// Every table's records, without their positions (memories are renumbered by a copy).
-async fn everything(store: &PgStore) -> Vec<(Table, Vec<Record>)> {
+async fn everything(store: &dyn Transfer) -> Vec<(Table, Vec<Record>)> {
     let mut out = Vec::new();
     for table in Table::ALL {
         let mut records = Vec::new();
@@ -237,13 +240,13 @@ async fn a_store_copied_to_postgresql_15_and_back_is_the_same() {
     assert_eq!(count(Table::JobRuns), 2);
     copy(&*plain, &*back, &mut |_, _| {}).await.unwrap();
 
-    let original = everything(&source).await;
+    let original = everything(&*source).await;
     assert!(
         original.iter().all(|(_, records)| !records.is_empty()),
         "every table has rows"
     );
-    assert_eq!(everything(&plain).await, original);
-    assert_eq!(everything(&back).await, original);
+    assert_eq!(everything(&*plain).await, original);
+    assert_eq!(everything(&*back).await, original);
     // The lexical index is rebuilt on the target, each turn with the one before it: where no
     // text was edited or deleted that is the source's index...
     let untouched = ["u1"];
@@ -296,5 +299,46 @@ async fn a_copy_that_fails_leaves_the_target_empty() {
     assert!(target.is_empty().await.unwrap());
     // And a new copy then goes through.
     copy(&*source, &*target, &mut |_, _| {}).await.unwrap();
-    assert_eq!(everything(&target).await, everything(&source).await);
+    assert_eq!(everything(&*target).await, everything(&*source).await);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_sqlite_store_copied_to_postgresql_and_back_is_the_same() {
+    let dir = tempfile::tempdir().unwrap();
+    let sqlite = engram_store_sqlite::SqliteStore::open(dir.path().join("engram.db")).unwrap();
+    let original = sqlite.clone().into_backend();
+    fill_backend(original.clone()).await;
+    let db = TestDb::new(Server::Pgvector).await;
+    let pg = open(&db).await;
+    copy(&*original.transfer, &*pg, &mut |_, _| {})
+        .await
+        .unwrap();
+    let back = engram_store_sqlite::SqliteStore::open(dir.path().join("back.db"))
+        .unwrap()
+        .into_backend();
+    copy(&*pg, &*back.transfer, &mut |_, _| {}).await.unwrap();
+
+    let expected = everything(&*original.transfer).await;
+    assert!(expected.iter().all(|(_, records)| !records.is_empty()));
+    assert_eq!(everything(&*pg).await, expected);
+    assert_eq!(everything(&*back.transfer).await, expected);
+    // The same answers where the index is what a rebuild gives (see above).
+    let pg_backend = pg.clone().backend();
+    for (a, b) in [(&original, &pg_backend), (&pg_backend, &back)] {
+        let mut filter = Filter::user("u1");
+        filter.include_closed = true;
+        for query in ["tea garden", "turn 12"] {
+            let x = a.memories.search_lexical(&filter, query, 10).await.unwrap();
+            let y = b.memories.search_lexical(&filter, query, 10).await.unwrap();
+            let x: Vec<_> = x.iter().map(|h| (h.memory.id, h.bm25)).collect();
+            let y: Vec<_> = y.iter().map(|h| (h.memory.id, h.bm25)).collect();
+            assert!(!x.is_empty());
+            assert_eq!(x, y, "{query}");
+        }
+    }
+    // A copy into a store that holds something is refused, and nothing is written.
+    let err = copy(&*original.transfer, &*back.transfer, &mut |_, _| {})
+        .await
+        .unwrap_err();
+    assert!(err.to_string().contains("already holds data"), "{err}");
 }

@@ -52,6 +52,11 @@ impl SqliteStore {
         &self.db
     }
 
+    /// The shared database.
+    pub(crate) fn database(&self) -> Arc<Database> {
+        Arc::clone(&self.db)
+    }
+
     /// The database file.
     pub fn path(&self) -> &Path {
         self.db.path()
@@ -65,7 +70,7 @@ impl SqliteStore {
 
     /// Runs `work` on the blocking pool (in place outside a runtime); a panic in it is
     /// resumed here, as it would have been had the work run in place.
-    async fn run<T, E>(
+    pub(crate) async fn run<T, E>(
         &self,
         work: impl FnOnce(&Database) -> Result<T, E> + Send + 'static,
     ) -> Result<T, E>

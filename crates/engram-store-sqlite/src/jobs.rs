@@ -30,11 +30,11 @@ impl Database {
     }
 }
 
-const JOB_COLUMNS: &str = "id, name, enabled, schedule_kind, at_ms, every_ms, anchor_ms, \
+pub(crate) const JOB_COLUMNS: &str = "id, name, enabled, schedule_kind, at_ms, every_ms, anchor_ms, \
      cron_expr, tz, payload, session_key, missed, delete_after_run, next_run_at_ms, \
      last_run_at_ms, last_status, last_error, running_run_id, created_at_ms, updated_at_ms";
 
-const RUN_COLUMNS: &str = "id, job_id, job_name, trigger, scheduled_at_ms, started_at_ms, \
+pub(crate) const RUN_COLUMNS: &str = "id, job_id, job_name, trigger, scheduled_at_ms, started_at_ms, \
      finished_at_ms, status, error, output, runner_pid";
 
 impl Jobs<'_> {
@@ -548,6 +548,32 @@ fn get_run(conn: &Connection, id: i64) -> Result<JobRun, ReadError> {
 
 fn required<T>(value: Option<T>, what: &str) -> Result<T, ReadError> {
     value.ok_or_else(|| ReadError::Bad(format!("{what} is missing")))
+}
+
+/// A job read for a copy (see transfer.rs): a row in a form this engram cannot read is an
+/// error of the row.
+pub(crate) fn job_for_copy(row: &Row<'_>) -> rusqlite::Result<Job> {
+    job_from_row(row).map_err(ReadError::into_sqlite)
+}
+
+/// A run read for a copy (see transfer.rs).
+pub(crate) fn run_for_copy(row: &Row<'_>) -> rusqlite::Result<JobRun> {
+    run_from_row(row).map_err(ReadError::into_sqlite)
+}
+
+impl ReadError {
+    fn into_sqlite(self) -> rusqlite::Error {
+        match self {
+            ReadError::Sql(e) => e,
+            ReadError::Bad(detail) => rusqlite::Error::FromSqlConversionFailure(
+                0,
+                rusqlite::types::Type::Text,
+                Box::new(StoreError::Backend(format!(
+                    "a job is stored in a form this engram cannot read: {detail}"
+                ))),
+            ),
+        }
+    }
 }
 
 fn job_from_row(row: &Row<'_>) -> Result<Job, ReadError> {

@@ -21,6 +21,7 @@ mod rows;
 pub mod schema;
 mod store;
 pub mod tokens;
+mod transfer;
 mod vectors;
 
 pub use ann::{IndexBuild, VectorIndexOptions, VectorIndexStats, VectorSearchCounts};

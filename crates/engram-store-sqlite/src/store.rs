@@ -116,6 +116,11 @@ impl Database {
         &self.options.clock
     }
 
+    /// A connection of its own to this database (a copy's long transaction; see transfer.rs).
+    pub(crate) fn new_connection(&self) -> Result<Connection, StoreError> {
+        open_connection(&self.path, &self.options, false)
+    }
+
     /// The store error for a SQLite error on this database.
     pub(crate) fn err(&self, e: rusqlite::Error) -> StoreError {
         from_sqlite(e, &self.path, self.options.busy_timeout)
@@ -710,7 +715,7 @@ fn set_wal(conn: &Connection, path: &Path, options: &StoreOptions) -> Result<(),
 /// last year!"), so its words are indexed with it: a search for what was asked finds the answer.
 /// Only the full-text index sees the context; the memory's text and its vector are its own.
 fn conversation_context(
-    tx: &Transaction<'_>,
+    tx: &Connection,
     rowid: Option<i64>,
     memory: &Memory,
 ) -> rusqlite::Result<Option<String>> {
@@ -749,11 +754,7 @@ struct IndexBody {
 
 /// Analyses a memory for the full-text index: its words, then those of the turn before it in
 /// its conversation. `rowid` is `None` for a memory about to be stored.
-fn index_body(
-    tx: &Transaction<'_>,
-    rowid: Option<i64>,
-    memory: &Memory,
-) -> rusqlite::Result<IndexBody> {
+fn index_body(tx: &Connection, rowid: Option<i64>, memory: &Memory) -> rusqlite::Result<IndexBody> {
     let user = &memory.scope.user_id;
     let mut text = fts::index_text(user, &memory.text);
     if let Some(context) = conversation_context(tx, rowid, memory)? {
@@ -774,7 +775,7 @@ fn index_body(
 }
 
 /// Adds an analysed body to the full-text index under `rowid`.
-fn write_index_body(tx: &Transaction<'_>, rowid: i64, body: &IndexBody) -> rusqlite::Result<()> {
+fn write_index_body(tx: &Connection, rowid: i64, body: &IndexBody) -> rusqlite::Result<()> {
     tx.prepare_cached("INSERT INTO memories_fts (rowid, body) VALUES (?1, ?2)")?
         .execute(params![rowid, body.text])?;
     Ok(())
@@ -798,7 +799,7 @@ impl UserStatsDelta {
         }
     }
 
-    fn write(self, tx: &Transaction<'_>) -> rusqlite::Result<()> {
+    fn write(self, tx: &Connection) -> rusqlite::Result<()> {
         let mut upsert = tx.prepare_cached(
             "INSERT INTO fts_user_stats (user_id, docs, terms) VALUES (?1, ?2, ?3) \
              ON CONFLICT (user_id) DO UPDATE SET docs = docs + excluded.docs, \
@@ -814,7 +815,7 @@ impl UserStatsDelta {
 /// Indexes a stored memory's words, with those of the turn before it in its conversation, and
 /// counts them into the user's statistics.
 fn index_row(
-    tx: &Transaction<'_>,
+    tx: &Connection,
     rowid: i64,
     memory: &Memory,
     stats: &mut UserStatsDelta,
@@ -828,7 +829,7 @@ fn index_row(
 }
 
 /// Re-indexes every memory (after the text analyser changed), in the order they were stored.
-fn rebuild_text_index(tx: &Transaction<'_>) -> rusqlite::Result<()> {
+pub(crate) fn rebuild_text_index(tx: &Connection) -> rusqlite::Result<()> {
     tx.execute(
         "INSERT INTO memories_fts (memories_fts) VALUES ('delete-all')",
         [],

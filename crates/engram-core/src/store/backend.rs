@@ -7,6 +7,7 @@ use super::graph::GraphStore;
 use super::jobs::JobStore;
 use super::sessions::SessionLogStore;
 use super::tokens::TokenStore;
+use super::transfer::Transfer;
 
 /// One engine's stores, opened once by the program's composition root (engram-cli's
 /// `backend`) from the configuration, and handed to whatever needs them: the memory layer
@@ -24,6 +25,8 @@ pub struct Backend {
     pub tokens: Arc<dyn TokenStore>,
     /// Knowledge graphs.
     pub graph: Arc<dyn GraphStore>,
+    /// Copying everything to or from another store (`engram copy`).
+    pub transfer: Arc<dyn Transfer>,
     /// Session logs, when the engine holds them (a shared engine); `None` means files under
     /// ENGRAM_HOME/sessions, the default on one machine.
     pub sessions: Option<Arc<dyn SessionLogStore>>,
@@ -38,12 +41,13 @@ impl Backend {
     /// stay in files (see [`Backend::with_sessions`]).
     pub fn from_engine<E>(engine: Arc<E>, name: &'static str, location: String) -> Self
     where
-        E: MemoryStore + JobStore + TokenStore + GraphStore + 'static,
+        E: MemoryStore + JobStore + TokenStore + GraphStore + Transfer + 'static,
     {
         Self {
             memories: engine.clone(),
             jobs: engine.clone(),
             tokens: engine.clone(),
+            transfer: engine.clone(),
             graph: engine,
             sessions: None,
             engine: name,
