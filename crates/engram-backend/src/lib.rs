@@ -1,4 +1,5 @@
-//! Opening the storage engine the configuration names, once, as one [`Backend`].
+//! Opening the storage engine the configuration names (SQLite or PostgreSQL), once, as one
+//! [`Backend`].
 //!
 //! This is the only code outside the engine crates that knows the engines: the `engram` binary
 //! calls [`open`] once per process (its composition root) and passes the [`Backend`] down; the
@@ -9,7 +10,10 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use engram_core::{Backend, Clock, StoreError};
+use engram_store_postgres::PgStore;
 use engram_store_sqlite::SqliteStore;
+
+pub use engram_store_postgres::{PgOptions, describe_url, fresh_schema};
 
 pub use engram_store_sqlite::{
     DATABASE_FILE, IndexBuild, StoreOptions as SqliteOptions, VectorIndexOptions,
@@ -25,6 +29,13 @@ pub enum StoreConfig {
         /// How it is opened.
         options: SqliteOptions,
     },
+    /// A PostgreSQL database, shared by any number of engram processes on any hosts.
+    Postgres {
+        /// `postgres://user:password@host:port/database` (libpq's URL form).
+        url: String,
+        /// How it is opened.
+        options: PgOptions,
+    },
 }
 
 impl StoreConfig {
@@ -33,6 +44,28 @@ impl StoreConfig {
         Self::Sqlite {
             path: path.into(),
             options: SqliteOptions::default(),
+        }
+    }
+
+    /// The PostgreSQL database at `url`, with default options.
+    pub fn postgres(url: impl Into<String>) -> Self {
+        Self::Postgres {
+            url: url.into(),
+            options: PgOptions::default(),
+        }
+    }
+
+    /// A PostgreSQL URL (`postgres://` or `postgresql://`) or else a SQLite file (a folder
+    /// means the `engram.db` in it): how a command line names a store.
+    pub fn parse(text: &str) -> Self {
+        if text.starts_with("postgres://") || text.starts_with("postgresql://") {
+            return Self::postgres(text);
+        }
+        let path = PathBuf::from(text);
+        if path.is_dir() {
+            Self::sqlite(path.join(DATABASE_FILE))
+        } else {
+            Self::sqlite(path)
         }
     }
 
@@ -45,14 +78,23 @@ impl StoreConfig {
     pub fn with_clock(mut self, clock: Arc<dyn Clock>) -> Self {
         match &mut self {
             Self::Sqlite { options, .. } => options.clock = clock,
+            Self::Postgres { options, .. } => options.clock = clock,
         }
         self
     }
 
     /// The same store with SQLite `options` (ignored by other engines).
     pub fn with_sqlite_options(mut self, new: SqliteOptions) -> Self {
-        match &mut self {
-            Self::Sqlite { options, .. } => *options = new,
+        if let Self::Sqlite { options, .. } = &mut self {
+            *options = new;
+        }
+        self
+    }
+
+    /// The same store with PostgreSQL `options` (ignored by other engines).
+    pub fn with_postgres_options(mut self, new: PgOptions) -> Self {
+        if let Self::Postgres { options, .. } = &mut self {
+            *options = new;
         }
         self
     }
@@ -61,6 +103,7 @@ impl StoreConfig {
     pub fn location(&self) -> String {
         match self {
             Self::Sqlite { path, .. } => path.display().to_string(),
+            Self::Postgres { url, .. } => describe_url(url),
         }
     }
 }
@@ -68,6 +111,11 @@ impl StoreConfig {
 /// Opens the store `config` names (creating and migrating it if needed), off the async
 /// runtime's worker threads.
 pub async fn open(config: &StoreConfig) -> Result<Backend, StoreError> {
+    if let StoreConfig::Postgres { url, options } = config {
+        // Async all the way: nothing to move off the runtime.
+        let store = PgStore::open(url, options.clone()).await?;
+        return Ok(Arc::new(store).backend());
+    }
     let config = config.clone();
     match tokio::runtime::Handle::try_current() {
         Ok(runtime) => runtime
@@ -85,6 +133,11 @@ pub fn open_blocking(config: &StoreConfig) -> Result<Backend, StoreError> {
         StoreConfig::Sqlite { path, options } => {
             Ok(SqliteStore::open_with(path, options.clone())?.into_backend())
         }
+        // Its connections live on the async runtime that opens it.
+        StoreConfig::Postgres { url, .. } => Err(StoreError::BadQuery(format!(
+            "{} must be opened from async code (engram_backend::open)",
+            describe_url(url)
+        ))),
     }
 }
 

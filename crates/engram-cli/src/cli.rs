@@ -109,6 +109,8 @@ Examples:
     Token(crate::commands::token::TokenCommand),
     /// Import the JSONL file of the reference MCP memory server into a user's knowledge graph.
     ImportGraph(crate::commands::graph::ImportGraphArgs),
+    /// Copy a whole store to another engine (SQLite <-> PostgreSQL), into an empty target.
+    Copy(crate::commands::copy::CopyArgs),
 }
 
 /// Which memories: one user, optionally narrowed.
@@ -376,6 +378,10 @@ pub struct BenchStoreArgs {
     /// Random seed for the synthetic data.
     #[arg(long, default_value = "7")]
     pub seed: u64,
+    /// Also measure PostgreSQL: a database URL (each size gets a fresh schema in it,
+    /// `engram_bench_store_<size>`), measured after SQLite on the same data.
+    #[arg(long, value_name = "URL")]
+    pub database_url: Option<String>,
 }
 
 /// A count that must be 1 or more (`--limit 0` would silently show nothing).

@@ -5,6 +5,8 @@
 //! - `[embed]`: which embedding model ([`engram_embed::EmbedConfig`]).
 //! - `[memory]`: the memory manager and the working memory's budget ([`MemorySettings`]).
 //! - `[scheduler]`, `[search]`: read by their commands through [`Config::section`].
+//! - `[store]`: where engram's data lives ([`StoreSettings`]): this home's SQLite file unless a
+//!   PostgreSQL URL is given.
 //!
 //! A file that does not parse is a one-line error naming the file, the line and the column; it
 //! is never rewritten. Unknown sections and unknown keys in `[llm]` and `[agent]` are reported
@@ -27,7 +29,7 @@ use crate::exit::{Failure, Status};
 pub const CONFIG_FILE: &str = "config.toml";
 
 /// The sections engram reads. A part of engram that adds one adds its name here.
-const KNOWN_SECTIONS: [&str; 8] = [
+const KNOWN_SECTIONS: [&str; 9] = [
     "llm",
     "agent",
     "scheduler",
@@ -36,7 +38,42 @@ const KNOWN_SECTIONS: [&str; 8] = [
     "server",
     "mcp",
     "memory",
+    "store",
 ];
+
+/// The `[store]` section: where engram's data lives. Without a URL, `ENGRAM_HOME/engram.db`.
+/// The environment wins over the file: ENGRAM_DATABASE_URL, ENGRAM_DATABASE_POOL_SIZE,
+/// ENGRAM_DATABASE_CA_FILE.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct StoreSettings {
+    /// A PostgreSQL URL (`postgres://user:password@host:5432/database`).
+    pub url: Option<String>,
+    /// Connections each process keeps to PostgreSQL at most (default 16).
+    pub pool_size: Option<usize>,
+    /// Extra trusted roots (PEM) for a PostgreSQL server's certificate, with `sslmode=require`.
+    pub ca_file: Option<PathBuf>,
+}
+
+impl StoreSettings {
+    /// The `[store]` section of `home`'s config.toml with the environment's overrides.
+    pub fn load(home: &Path) -> Result<Self> {
+        let mut settings: StoreSettings = Config::load(home)?.section("store")?;
+        let var = |name: &str| std::env::var(name).ok().filter(|v| !v.trim().is_empty());
+        if let Some(url) = var("ENGRAM_DATABASE_URL") {
+            settings.url = Some(url);
+        }
+        if let Some(size) = var("ENGRAM_DATABASE_POOL_SIZE") {
+            settings.pool_size = Some(size.trim().parse().map_err(|_| {
+                anyhow::anyhow!("ENGRAM_DATABASE_POOL_SIZE is not a number of connections: {size}")
+            })?);
+        }
+        if let Some(file) = var("ENGRAM_DATABASE_CA_FILE") {
+            settings.ca_file = Some(PathBuf::from(file));
+        }
+        Ok(settings)
+    }
+}
 
 /// How tools are offered to the model, as configured.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]

@@ -2,6 +2,7 @@
 
 pub mod agent_common;
 pub mod chat;
+pub mod copy;
 pub mod cron;
 pub mod gateway;
 pub mod graph;
@@ -85,9 +86,21 @@ impl Context {
         Ok(self.runtime()?.block_on(future))
     }
 
-    /// Where the store is: ENGRAM_HOME/engram.db.
-    pub fn store_config(&self) -> StoreConfig {
-        StoreConfig::in_home(self.home.dir())
+    /// Where the store is: the PostgreSQL database of ENGRAM_DATABASE_URL or `[store] url`,
+    /// else ENGRAM_HOME/engram.db.
+    pub fn store_config(&self) -> Result<StoreConfig> {
+        let settings = crate::config::StoreSettings::load(self.home.dir())?;
+        let Some(url) = settings.url else {
+            return Ok(StoreConfig::in_home(self.home.dir()));
+        };
+        let mut options = engram_backend::PgOptions {
+            ca_file: settings.ca_file,
+            ..engram_backend::PgOptions::default()
+        };
+        if let Some(size) = settings.pool_size {
+            options.pool_size = size.max(1);
+        }
+        Ok(StoreConfig::postgres(url).with_postgres_options(options))
     }
 
     /// The store, opened (created and migrated if needed) on first use and shared by
@@ -97,7 +110,7 @@ impl Context {
             return Ok(backend.clone());
         }
         self.home.ensure()?;
-        let config = self.store_config();
+        let config = self.store_config()?;
         let backend = self.block_on(engram_backend::open(&config))??;
         Ok(self.backend.get_or_init(|| backend).clone())
     }
@@ -138,6 +151,7 @@ pub fn run(cli: Cli) -> Result<Status> {
         Command::Serve(args) => serve::run(&ctx, args),
         Command::Mcp(args) => mcp::run(&ctx, args),
         Command::Token(command) => token::run(&ctx, command),
+        Command::Copy(args) => copy::run(&ctx, args),
         Command::ImportGraph(args) => graph::import_graph(&ctx, args),
     }
 }
