@@ -198,6 +198,8 @@ impl Vocabulary {
 
 #[derive(Debug, Serialize)]
 struct StoreBenchRow {
+    /// `sqlite` or `postgresql`.
+    engine: String,
     memories: usize,
     users: usize,
     import_seconds: f64,
@@ -287,6 +289,110 @@ pub(crate) fn write_dataset(
     Ok(())
 }
 
+/// One store to measure, and what to measure it with.
+struct Measure<'a> {
+    engine: &'static str,
+    size: usize,
+    users: usize,
+    dir: &'a Path,
+    data: &'a Path,
+    queries: &'a [String],
+    process_runs: usize,
+}
+
+/// Imports the data into the store `config` names, then times searches in-process and as
+/// one-shot `engram search` processes.
+fn measure(ctx: &Context, config: &StoreConfig, m: Measure<'_>) -> Result<StoreBenchRow> {
+    let Measure {
+        engine,
+        size,
+        users,
+        dir,
+        data,
+        queries,
+        process_runs,
+    } = m;
+    let exe = std::env::current_exe().context("cannot find the engram executable")?;
+    reset_peak_rss();
+    eprintln!("[{size}] {engine}: importing");
+    let runtime = ctx.runtime()?;
+    let store = runtime.block_on(engram_backend::open(config))?.memories;
+    let started = Instant::now();
+    let cpu_before = process_cpu_seconds();
+    let summary = runtime.block_on(import_reader(
+        &*store,
+        File::open(data)?,
+        DEFAULT_BATCH_SIZE as usize,
+        &ProgressBar::hidden(),
+    ))?;
+    let import_seconds = started.elapsed().as_secs_f64();
+    let import_cpu_seconds = process_cpu_seconds() - cpu_before;
+    anyhow::ensure!(
+        summary.rejected.is_empty(),
+        "the generated data had rejected lines"
+    );
+
+    eprintln!("[{size}] {engine}: searching");
+    let searcher = Searcher::new(store.clone());
+    let filter = Filter::user("user-0");
+    let user_memories = runtime.block_on(store.count(&filter))?;
+    let mut latencies = Vec::with_capacity(queries.len());
+    for query in queries {
+        let request = SearchRequest {
+            filter: filter.clone(),
+            query: query.clone(),
+            limit: 10,
+        };
+        let started = Instant::now();
+        std::hint::black_box(runtime.block_on(searcher.search(&request))?);
+        latencies.push(started.elapsed());
+    }
+    latencies.sort();
+    let peak = peak_rss_mib();
+
+    eprintln!("[{size}] {engine}: one-shot processes");
+    let mut one_shot = Vec::with_capacity(process_runs);
+    for query in queries.iter().cycle().take(process_runs) {
+        let started = Instant::now();
+        let mut command = Command::new(&exe);
+        if let StoreConfig::Postgres { url, .. } = config {
+            command.env("ENGRAM_DATABASE_URL", url);
+        } else {
+            command.env_remove("ENGRAM_DATABASE_URL");
+        }
+        let status = command
+            .arg("--home")
+            .arg(dir)
+            .args(["search", "--user", "user-0", "--limit", "10", query])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .status()?;
+        one_shot.push(started.elapsed());
+        anyhow::ensure!(status.success(), "engram search exited with {status}");
+    }
+    one_shot.sort();
+    drop(searcher);
+    let stats = runtime.block_on(store.stats())?;
+    drop(store);
+
+    Ok(StoreBenchRow {
+        engine: engine.to_string(),
+        memories: size,
+        users,
+        import_seconds,
+        import_per_second: summary.added as f64 / import_seconds.max(1e-9),
+        import_cpu_seconds,
+        search_p50_ms: percentile(&latencies, 0.50),
+        search_p95_ms: percentile(&latencies, 0.95),
+        search_p99_ms: percentile(&latencies, 0.99),
+        search_user_memories: user_memories,
+        one_shot_p50_ms: percentile(&one_shot, 0.50),
+        one_shot_p95_ms: percentile(&one_shot, 0.95),
+        database_mib: stats.size_bytes.unwrap_or(0) as f64 / 1_048_576.0,
+        peak_rss_mib: peak,
+    })
+}
+
 /// Runs `engram bench store`.
 pub fn run(ctx: &Context, args: BenchStoreArgs) -> Result<Status> {
     let temp;
@@ -309,7 +415,6 @@ pub fn run(ctx: &Context, args: BenchStoreArgs) -> Result<Status> {
                 .join(" ")
         })
         .collect();
-    let exe = std::env::current_exe().context("cannot find the engram executable")?;
     let mut rows = Vec::new();
     for &size in &args.sizes {
         let dir = root.join(format!("store-{size}"));
@@ -321,78 +426,27 @@ pub fn run(ctx: &Context, args: BenchStoreArgs) -> Result<Status> {
         eprintln!("[{size}] generating {size} memories for {users} users");
         write_dataset(&data, size, users, &vocab, args.seed ^ size as u64)?;
 
-        reset_peak_rss();
-        eprintln!("[{size}] importing");
-        let runtime = ctx.runtime()?;
-        let store =
-            engram_backend::open_blocking(&StoreConfig::sqlite(dir.join(DATABASE_FILE)))?.memories;
-        let started = Instant::now();
-        let cpu_before = process_cpu_seconds();
-        let summary = runtime.block_on(import_reader(
-            &*store,
-            File::open(&data)?,
-            DEFAULT_BATCH_SIZE as usize,
-            &ProgressBar::hidden(),
-        ))?;
-        let import_seconds = started.elapsed().as_secs_f64();
-        let import_cpu_seconds = process_cpu_seconds() - cpu_before;
-        anyhow::ensure!(
-            summary.rejected.is_empty(),
-            "the generated data had rejected lines"
-        );
-
-        eprintln!("[{size}] searching");
-        let searcher = Searcher::new(store.clone());
-        let filter = Filter::user("user-0");
-        let user_memories = runtime.block_on(store.count(&filter))?;
-        let mut latencies = Vec::with_capacity(queries.len());
-        for query in &queries {
-            let request = SearchRequest {
-                filter: filter.clone(),
-                query: query.clone(),
-                limit: 10,
-            };
-            let started = Instant::now();
-            std::hint::black_box(runtime.block_on(searcher.search(&request))?);
-            latencies.push(started.elapsed());
+        let mut engines = vec![("sqlite", StoreConfig::sqlite(dir.join(DATABASE_FILE)))];
+        if let Some(url) = &args.database_url {
+            let schema = format!("engram_bench_store_{size}");
+            let url = ctx.block_on(engram_backend::fresh_schema(url, &schema))??;
+            engines.push(("postgresql", StoreConfig::postgres(url)));
         }
-        latencies.sort();
-        let peak = peak_rss_mib();
-
-        eprintln!("[{size}] one-shot processes");
-        let mut one_shot = Vec::with_capacity(args.process_runs);
-        for query in queries.iter().cycle().take(args.process_runs) {
-            let started = Instant::now();
-            let status = Command::new(&exe)
-                .arg("--home")
-                .arg(&dir)
-                .args(["search", "--user", "user-0", "--limit", "10", query])
-                .stdout(Stdio::null())
-                .stderr(Stdio::null())
-                .status()?;
-            one_shot.push(started.elapsed());
-            anyhow::ensure!(status.success(), "engram search exited with {status}");
+        for (engine, config) in engines {
+            rows.push(measure(
+                ctx,
+                &config,
+                Measure {
+                    engine,
+                    size,
+                    users,
+                    dir: &dir,
+                    data: &data,
+                    queries: &queries,
+                    process_runs: args.process_runs,
+                },
+            )?);
         }
-        one_shot.sort();
-        drop(searcher);
-        let stats = runtime.block_on(store.stats())?;
-        drop(store);
-
-        rows.push(StoreBenchRow {
-            memories: size,
-            users,
-            import_seconds,
-            import_per_second: summary.added as f64 / import_seconds.max(1e-9),
-            import_cpu_seconds,
-            search_p50_ms: percentile(&latencies, 0.50),
-            search_p95_ms: percentile(&latencies, 0.95),
-            search_p99_ms: percentile(&latencies, 0.99),
-            search_user_memories: user_memories,
-            one_shot_p50_ms: percentile(&one_shot, 0.50),
-            one_shot_p95_ms: percentile(&one_shot, 0.95),
-            database_mib: stats.size_bytes.unwrap_or(0) as f64 / 1_048_576.0,
-            peak_rss_mib: peak,
-        });
         std::fs::remove_file(&data)?;
         if args.dir.is_none() {
             std::fs::remove_dir_all(&dir)?;
@@ -403,7 +457,8 @@ pub fn run(ctx: &Context, args: BenchStoreArgs) -> Result<Status> {
         return Ok(Status::Success);
     }
     println!(
-        "{:>9}  {:>9} {:>10}  {:>8} {:>8} {:>8}  {:>9} {:>9}  {:>9}  {:>8}",
+        "{:>10}  {:>9}  {:>9} {:>10}  {:>8} {:>8} {:>8}  {:>9} {:>9}  {:>9}  {:>8}",
+        "engine",
         "memories",
         "import/s",
         "/CPU-s",
@@ -417,7 +472,8 @@ pub fn run(ctx: &Context, args: BenchStoreArgs) -> Result<Status> {
     );
     for r in &rows {
         println!(
-            "{:>9}  {:>9.0} {:>10.0}  {:>6.2}ms {:>6.2}ms {:>6.2}ms  {:>7.1}ms {:>7.1}ms  {:>9.1}  {:>5.0}MiB",
+            "{:>10}  {:>9}  {:>9.0} {:>10.0}  {:>6.2}ms {:>6.2}ms {:>6.2}ms  {:>7.1}ms {:>7.1}ms  {:>9.1}  {:>5.0}MiB",
+            r.engine,
             r.memories,
             r.import_per_second,
             r.memories as f64 / r.import_cpu_seconds.max(1e-9),
@@ -434,5 +490,11 @@ pub fn run(ctx: &Context, args: BenchStoreArgs) -> Result<Status> {
         "(searches: {} queries of 2-6 Zipf-sampled words in one user's scope of {} users; limit 10)",
         args.queries, users
     );
+    if args.database_url.is_some() {
+        println!(
+            "(postgresql: CPU seconds, peak RSS and size are engram's process and the store's \
+             relations; the server's own CPU and memory are not counted)"
+        );
+    }
     Ok(Status::Success)
 }
