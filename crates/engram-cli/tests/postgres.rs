@@ -568,3 +568,197 @@ fn a_home_copied_to_postgresql_and_back_exports_the_same() {
     assert!(err.contains("already holds data"), "{err}");
     assert_eq!(err.trim().lines().count(), 1, "{err}");
 }
+
+/// A PostgreSQL server of this test's own (stopped and started by it), on a Unix socket in a
+/// folder of its own; stopped and deleted when dropped.
+struct PrivateCluster {
+    dir: TempDir,
+    bin: std::path::PathBuf,
+    os_user: String,
+}
+
+impl PrivateCluster {
+    fn start() -> Self {
+        let bin =
+            std::path::PathBuf::from(std::env::var("ENGRAM_TEST_PG_BIN").unwrap_or_else(|_| {
+                panic!("ENGRAM_TEST_PG_BIN is not set: run the tests through scripts/test.sh")
+            }));
+        let os_user = std::env::var("ENGRAM_TEST_PG_OS_USER").unwrap_or_default();
+        let dir = tempfile::Builder::new()
+            .prefix("engram-cli-pg-")
+            .tempdir_in("/tmp")
+            .unwrap();
+        let cluster = Self { dir, bin, os_user };
+        if !cluster.os_user.is_empty() {
+            assert!(
+                Command::new("chown")
+                    .arg(&cluster.os_user)
+                    .arg(cluster.dir.path())
+                    .status()
+                    .unwrap()
+                    .success()
+            );
+        }
+        let data = cluster.data();
+        cluster.run(
+            "initdb",
+            &[
+                &format!("--pgdata={data}"),
+                "--username=postgres",
+                "--auth=trust",
+                "--no-sync",
+            ],
+        );
+        std::fs::OpenOptions::new()
+            .append(true)
+            .open(format!("{data}/postgresql.conf"))
+            .and_then(|mut f| {
+                writeln!(
+                    f,
+                    "listen_addresses = ''\nunix_socket_directories = '{}'\nfsync = off",
+                    cluster.dir.path().display()
+                )
+            })
+            .unwrap();
+        cluster.resume();
+        cluster
+    }
+
+    fn data(&self) -> String {
+        format!("{}/data", self.dir.path().display())
+    }
+
+    fn run(&self, program: &str, args: &[&str]) {
+        let mut cmd = if self.os_user.is_empty() {
+            Command::new(self.bin.join(program))
+        } else {
+            let mut c = Command::new("runuser");
+            c.args(["-u", &self.os_user, "--"])
+                .arg(self.bin.join(program));
+            c
+        };
+        let out = cmd.args(args).output().unwrap();
+        assert!(
+            out.status.success(),
+            "{program}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+
+    fn url(&self) -> String {
+        let dir: String = self
+            .dir
+            .path()
+            .display()
+            .to_string()
+            .bytes()
+            .map(|b| match b {
+                b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'_' | b'.' => {
+                    (b as char).to_string()
+                }
+                _ => format!("%{b:02X}"),
+            })
+            .collect();
+        format!("postgresql://postgres@{dir}/postgres")
+    }
+
+    fn stop(&self) {
+        let data = self.data();
+        self.run("pg_ctl", &["-D", &data, "-m", "immediate", "-w", "stop"]);
+    }
+
+    fn resume(&self) {
+        let data = self.data();
+        let log = format!("{data}/server.log");
+        self.run(
+            "pg_ctl",
+            &["-D", &data, "-l", &log, "-w", "-t", "60", "start"],
+        );
+    }
+}
+
+impl Drop for PrivateCluster {
+    fn drop(&mut self) {
+        let data = self.data();
+        let pg_ctl = self.bin.join("pg_ctl");
+        let mut cmd = if self.os_user.is_empty() {
+            Command::new(&pg_ctl)
+        } else {
+            let mut c = Command::new("runuser");
+            c.args(["-u", &self.os_user, "--"]).arg(&pg_ctl);
+            c
+        };
+        let _ = cmd
+            .args(["-D", &data, "-m", "immediate", "-w", "stop"])
+            .output();
+    }
+}
+
+#[test]
+fn the_server_answers_503_while_the_database_is_away_and_recovers_by_itself() {
+    let cluster = PrivateCluster::start();
+    let url = cluster.url();
+    let home = TempDir::new().unwrap();
+    let alice = token(home.path(), &url, "alice");
+    let (_server, at) = serve(home.path(), &url);
+    let add = |text: &str| {
+        http(
+            &at,
+            "POST",
+            "/v1/memories",
+            &alice,
+            Some(json!({"user_id": "alice", "text": text})),
+        )
+    };
+    assert!(add("before the outage").0 < 300);
+
+    cluster.stop();
+    let (status, body) = add("during the outage");
+    assert_eq!(status, 503, "{body}");
+    let message = body["error"]["message"].as_str().unwrap_or_default();
+    assert!(message.contains("cannot reach the database"), "{body}");
+    let search = json!({"user_id": "alice", "query": "outage"});
+    assert_eq!(
+        http(
+            &at,
+            "POST",
+            "/v1/memories/search",
+            &alice,
+            Some(search.clone())
+        )
+        .0,
+        503
+    );
+
+    cluster.resume();
+    let back = Instant::now();
+    loop {
+        let (status, body) = http(
+            &at,
+            "POST",
+            "/v1/memories/search",
+            &alice,
+            Some(search.clone()),
+        );
+        if status == 200 {
+            let texts: Vec<&str> = body["results"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .filter_map(|h| h["text"].as_str())
+                .collect();
+            assert_eq!(texts, ["before the outage"], "nothing half-written");
+            break;
+        }
+        assert!(
+            back.elapsed() < Duration::from_secs(30),
+            "still {status}: {body}"
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    eprintln!(
+        "answering again {:?} after the database came back",
+        back.elapsed()
+    );
+    assert!(add("after the outage").0 < 300);
+}
