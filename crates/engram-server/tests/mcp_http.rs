@@ -246,3 +246,109 @@ async fn an_mcp_session_is_used_and_ended_only_with_the_token_that_started_it() 
         202
     );
 }
+
+/// A failed call's stable code (`structuredContent.error.code`).
+async fn error_code(session: &Session, tool: &str, arguments: Value) -> String {
+    let Value::Object(arguments) = arguments else {
+        panic!("arguments must be an object")
+    };
+    let result = session
+        .call_tool(CallToolRequestParams::new(tool.to_string()).with_arguments(arguments))
+        .await
+        .unwrap();
+    assert_eq!(
+        result.is_error,
+        Some(true),
+        "{tool} should fail: {result:?}"
+    );
+    result
+        .structured_content
+        .as_ref()
+        .and_then(|c| c["error"]["code"].as_str())
+        .unwrap_or("<no code>")
+        .to_string()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bad_tool_calls_fail_with_a_stable_code_and_change_nothing() {
+    let settings = engram_server::config::ServerSettings {
+        max_body_bytes: Some(64 * 1024),
+        max_batch_body_bytes: Some(64 * 1024),
+        ..Default::default()
+    };
+    let server = TestServer::start_with(settings).await;
+    let (_, alice) = server.token(&["alice"]);
+    let (_, bob) = server.token(&["bob"]);
+    let session = connect(&server, &bob).await;
+    let (failed, text) = call(&session, "memory_add", json!({"text": "bob's secret"})).await;
+    assert!(!failed, "{text}");
+    let bobs = serde_json::from_str::<Value>(&text).unwrap()["id"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let session = connect(&server, &alice).await;
+    for (tool, arguments, code) in [
+        (
+            "memory_add",
+            json!({"text": "x", "colour": "red"}),
+            "invalid_request",
+        ),
+        ("memory_add", json!({"text": 42}), "invalid_request"),
+        ("memory_add", json!({"text": "  "}), "invalid_request"),
+        (
+            "memory_add",
+            json!({"text": "x", "user_id": "bob"}),
+            "forbidden",
+        ),
+        ("memory_search", json!({"query": ""}), "invalid_request"),
+        (
+            "memory_search",
+            json!({"query": "x", "limit": 0}),
+            "invalid_request",
+        ),
+        ("memory_get", json!({"id": "not-a-uuid"}), "invalid_request"),
+        ("memory_get", json!({"id": bobs}), "not_found"),
+        (
+            "memory_update",
+            json!({"id": bobs, "text": "mine now"}),
+            "not_found",
+        ),
+        ("memory_delete", json!({"id": bobs}), "not_found"),
+        ("memory_history", json!({"id": bobs}), "not_found"),
+        (
+            "create_entities",
+            json!({"entities": [{"name": "A"}]}),
+            "invalid_request",
+        ),
+        (
+            "add_observations",
+            json!({"observations": [{"entityName": "Nobody", "contents": ["x"]}]}),
+            "not_found",
+        ),
+        (
+            "search_nodes",
+            json!({"query": "x", "user_id": "bob"}),
+            "forbidden",
+        ),
+    ] {
+        let got = error_code(&session, tool, arguments.clone()).await;
+        assert_eq!(got, code, "{tool} {arguments}");
+    }
+    // A body over the limit is refused before any tool runs.
+    let huge = "x".repeat(100 * 1024);
+    let id = initialize(&server, &alice).await;
+    let status = in_session(
+        &server,
+        reqwest::Method::POST,
+        &alice,
+        &id,
+        Some(json!({"jsonrpc": "2.0", "id": 2, "method": "tools/call",
+                    "params": {"name": "memory_add", "arguments": {"text": huge}}})),
+    )
+    .await;
+    assert_eq!(status, 413);
+    // Bob's memory is untouched.
+    let session = connect(&server, &bob).await;
+    let (failed, text) = call(&session, "memory_get", json!({"id": bobs})).await;
+    assert!(!failed && text.contains("bob's secret"), "{text}");
+}

@@ -694,7 +694,12 @@ impl ServerHandler for McpServer {
                     code = error.code.as_str(),
                     "mcp tool call failed"
                 );
-                CallToolResult::error(vec![ContentBlock::text(error.message)]).into()
+                // The text for the model, as the reference server words it; the stable code
+                // for programs (clients check output schemas only on successful calls).
+                let mut result =
+                    CallToolResult::error(vec![ContentBlock::text(error.message.clone())]);
+                result.structured_content = Some(json!({"error": error.body()["error"]}));
+                result.into()
             }
         })
     }
