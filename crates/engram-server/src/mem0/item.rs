@@ -248,6 +248,62 @@ pub fn history_row(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use engram_core::{Importance, Kind, MemoryId, Scope};
+
+    fn memory() -> Memory {
+        let at: Timestamp = "2024-05-08T13:56:00Z".parse().unwrap();
+        let mut metadata = Map::new();
+        metadata.insert("source".into(), json!("chat"));
+        metadata.insert(APP_ID.into(), json!("garden"));
+        Memory {
+            id: "01900000-0000-7000-8000-000000000001"
+                .parse::<MemoryId>()
+                .unwrap(),
+            scope: Scope::user("alice").with_session("run-1"),
+            kind: Kind::Episode,
+            text: "Alice grows tomatoes".into(),
+            category: Some("hobbies".into()),
+            importance: Importance::default(),
+            metadata,
+            created_at: at,
+            updated_at: at,
+            valid_from: at,
+            valid_to: None,
+            expires_at: Some("2024-06-01T00:00:00Z".parse().unwrap()),
+            source: "api".into(),
+            content_hash: "h1".into(),
+        }
+    }
+
+    /// The shapes Mem0's clients read: a change here is a change to the wire format.
+    #[test]
+    fn wire_formats() {
+        let m = memory();
+        insta::assert_json_snapshot!(
+            "platform_item",
+            memory_item(&m, Flavor::Platform, Some(0.5))
+        );
+        insta::assert_json_snapshot!(
+            "open_source_item",
+            memory_item(&m, Flavor::OpenSource, None)
+        );
+        let event = HistoryEvent {
+            memory_id: m.id,
+            event: HistoryKind::Update,
+            old_text: Some("Alice grows basil".into()),
+            new_text: Some(m.text.clone()),
+            actor: "api:t1".into(),
+            at: m.updated_at,
+        };
+        insta::assert_json_snapshot!(
+            "platform_history_row",
+            history_row(&event, 1, Some(&m), Flavor::Platform)
+        );
+        insta::assert_json_snapshot!(
+            "open_source_history_row",
+            history_row(&event, 1, Some(&m), Flavor::OpenSource)
+        );
+    }
 
     #[test]
     fn expiration_dates_round_trip_through_expiry_times() {
