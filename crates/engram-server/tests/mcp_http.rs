@@ -247,7 +247,7 @@ async fn an_mcp_session_is_used_and_ended_only_with_the_token_that_started_it() 
     );
 }
 
-/// A failed call's stable code (`structuredContent.error.code`).
+/// A failed call's stable code (`_meta["engram/error"].code`).
 async fn error_code(session: &Session, tool: &str, arguments: Value) -> String {
     let Value::Object(arguments) = arguments else {
         panic!("arguments must be an object")
@@ -262,9 +262,10 @@ async fn error_code(session: &Session, tool: &str, arguments: Value) -> String {
         "{tool} should fail: {result:?}"
     );
     result
-        .structured_content
+        .meta
         .as_ref()
-        .and_then(|c| c["error"]["code"].as_str())
+        .and_then(|m| m.0.get("engram/error"))
+        .and_then(|e| e["code"].as_str())
         .unwrap_or("<no code>")
         .to_string()
 }
@@ -277,8 +278,8 @@ async fn bad_tool_calls_fail_with_a_stable_code_and_change_nothing() {
         ..Default::default()
     };
     let server = TestServer::start_with(settings).await;
-    let (_, alice) = server.token(&["alice"]);
-    let (_, bob) = server.token(&["bob"]);
+    let (_, alice) = server.token(&["alice"]).await;
+    let (_, bob) = server.token(&["bob"]).await;
     let session = connect(&server, &bob).await;
     let (failed, text) = call(&session, "memory_add", json!({"text": "bob's secret"})).await;
     assert!(!failed, "{text}");

@@ -151,6 +151,7 @@ async function main() {
     // Errors are tool errors, worded as the reference words them.
     const missing = await engram.callTool({ name: "add_observations", arguments: { observations: [{ entityName: "Nobody", contents: ["x"] }] } });
     check(missing.isError && missing.content[0].text.includes("Entity with name Nobody not found"), `missing entity: ${JSON.stringify(missing)}`);
+    check(missing._meta && missing._meta["engram/error"].code === "not_found", `stable error code: ${JSON.stringify(missing)}`);
     let refused = null;
     try {
       await engram.readResource({ uri: "memory://elsewhere" });

@@ -21,10 +21,10 @@ use engram_core::{AddOutcome, Filter, Importance, Kind, MemoryId, NewMemory, Sco
 use engram_memory::SearchRequest;
 use rmcp::model::{
     CallToolRequestParams, CallToolResponse, CallToolResult, ContentBlock, Implementation,
-    ListResourcesResult, ListToolsResult, PaginatedRequestParams, ReadResourceRequestParams,
-    ReadResourceResponse, ReadResourceResult, Resource, ResourceContents,
-    ResourceUpdatedNotificationParam, ServerCapabilities, ServerConfig, SubscribeRequestParams,
-    Tool, UnsubscribeRequestParams,
+    JsonObject, ListResourcesResult, ListToolsResult, MetaObject, PaginatedRequestParams,
+    ReadResourceRequestParams, ReadResourceResponse, ReadResourceResult, Resource,
+    ResourceContents, ResourceUpdatedNotificationParam, ServerCapabilities, ServerConfig,
+    SubscribeRequestParams, Tool, UnsubscribeRequestParams,
 };
 use rmcp::service::RequestContext;
 use rmcp::transport::StreamableHttpService;
@@ -45,6 +45,9 @@ use crate::service::MemoryService;
 
 /// The header naming the user an HTTP MCP connection acts for.
 pub const USER_HEADER: &str = "x-engram-user";
+
+/// The `_meta` key of a failed tool call's stable error: `{"code": "not_found", "message": ...}`.
+pub const ERROR_META: &str = "engram/error";
 
 /// The knowledge graph as a resource, under the reference memory server's URI.
 pub const GRAPH_RESOURCE_URI: &str = "memory://knowledge-graph";
@@ -694,11 +697,14 @@ impl ServerHandler for McpServer {
                     code = error.code.as_str(),
                     "mcp tool call failed"
                 );
-                // The text for the model, as the reference server words it; the stable code
-                // for programs (clients check output schemas only on successful calls).
+                // The text for the model, as the reference server words it; the stable code for
+                // programs in `_meta` (not as structured content: clients check that against
+                // the tool's output schema even on errors).
                 let mut result =
                     CallToolResult::error(vec![ContentBlock::text(error.message.clone())]);
-                result.structured_content = Some(json!({"error": error.body()["error"]}));
+                let mut meta = JsonObject::new();
+                meta.insert(ERROR_META.into(), error.body()["error"].clone());
+                result.meta = Some(MetaObject(meta));
                 result.into()
             }
         })
