@@ -499,6 +499,7 @@ fn fast_options() -> GatewayOptions {
     GatewayOptions {
         poll_interval: Duration::from_millis(20),
         shutdown_grace: Duration::from_millis(200),
+        recovery_interval: Duration::from_millis(50),
         ..GatewayOptions::default()
     }
 }
@@ -576,6 +577,54 @@ async fn the_gateway_sees_jobs_added_through_another_connection() {
     stop_tx.send(()).unwrap();
     handle.await.unwrap().unwrap();
     assert_eq!(events.count(|e| matches!(e, GatewayEvent::Stopped)), 1);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_running_gateway_takes_over_the_run_of_a_process_that_died() {
+    let f = fixture("2024-01-01T09:00:00Z");
+    let (events, log) = Events::log();
+    let gateway = Gateway::new(
+        f.scheduler.clone(),
+        Arc::new(EchoRunner),
+        fast_options(),
+        log,
+    );
+    let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
+    let handle = tokio::spawn(gateway.run(async {
+        let _ = stop_rx.await;
+    }));
+    wait_until("start", || {
+        events.count(|e| matches!(e, GatewayEvent::Started { .. })) == 1
+    })
+    .await;
+    // Another process adds a job and claims its run at once, then dies (`engram cron run`
+    // killed, or a second gateway killed with -9) before the gateway looks.
+    let other: Arc<dyn JobStore> = Arc::new(SqliteStore::open(&f.db).unwrap());
+    let job = f
+        .scheduler
+        .add(&cron_job("orphan", "0 10 * * *", "UTC"))
+        .await
+        .unwrap();
+    let due = job.state.next_run_at_ms;
+    let run = other
+        .start_run(&job.id, RunTrigger::Schedule, due, due.unwrap(), dead_pid())
+        .await
+        .unwrap()
+        .unwrap();
+    f.clock.set(ts("2024-01-01T10:00:30Z"));
+    // Without a restart: the run is found interrupted and the occurrence runs here.
+    wait_until("the recovery", || {
+        events.count(|e| matches!(e, GatewayEvent::Recovered(r) if r.id == run.id)) == 1
+    })
+    .await;
+    wait_until("the run again", || events.finished().len() == 1).await;
+    assert_eq!(events.finished(), [("orphan".to_string(), RunStatus::Ok)]);
+    let runs = f.scheduler.runs(&job.id, 10).await.unwrap();
+    let statuses: Vec<_> = runs.iter().map(|r| r.status).collect();
+    assert_eq!(statuses, [RunStatus::Ok, RunStatus::Interrupted]);
+    assert_eq!(runs[0].scheduled_at_ms, due, "the same occurrence");
+    stop_tx.send(()).unwrap();
+    handle.await.unwrap().unwrap();
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

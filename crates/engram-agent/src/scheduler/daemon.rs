@@ -7,6 +7,11 @@
 //! else. Runs happen in their own tasks (a few at once), each recorded as started and as
 //! finished. On shutdown no new run starts; running turns get a grace period, after which
 //! they are recorded as interrupted.
+//!
+//! Every few seconds (and at the start) the gateway also looks for runs left "running" by a
+//! process that died (another gateway killed with -9, possibly on another host, or an
+//! `engram cron run` cut off): the store marks them interrupted and frees their jobs, which
+//! are then due again, so a surviving gateway takes over without a restart.
 
 use std::collections::HashSet;
 use std::fs::{File, OpenOptions, TryLockError};
@@ -39,6 +44,8 @@ pub struct GatewayOptions {
     pub max_concurrent_runs: usize,
     /// How long running turns may take to finish after a shutdown request.
     pub shutdown_grace: Duration,
+    /// How often to look for runs left behind by processes that died.
+    pub recovery_interval: Duration,
     /// The heartbeat, if on.
     pub heartbeat: Option<HeartbeatOptions>,
 }
@@ -49,6 +56,7 @@ impl Default for GatewayOptions {
             poll_interval: Duration::from_secs(1),
             max_concurrent_runs: 4,
             shutdown_grace: Duration::from_secs(10),
+            recovery_interval: Duration::from_secs(3),
             heartbeat: None,
         }
     }
@@ -201,6 +209,7 @@ impl Gateway {
             heartbeat_every.and_then(|every| next_on_grid(started, every, started));
         // Whether the job table must be read again before sleeping.
         let mut look = true;
+        let mut recovered_at = tokio::time::Instant::now();
         let mut planned_wake: Option<Timestamp> = None;
 
         tokio::pin!(shutdown);
@@ -274,6 +283,10 @@ impl Gateway {
                     look = true;
                 }
                 () = tokio::time::sleep(sleep) => {
+                    if recovered_at.elapsed() >= self.options.recovery_interval {
+                        recovered_at = tokio::time::Instant::now();
+                        look |= self.recover().await;
+                    }
                     match store.change_version().await {
                         Ok(v) if v != version => {
                             version = v;
@@ -315,6 +328,23 @@ impl Gateway {
         }
         (self.log)(&GatewayEvent::Stopped);
         Ok(())
+    }
+
+    /// Marks runs of processes that died as interrupted; true when there were any (their jobs
+    /// are due again). A failure is reported and tried again at the next interval.
+    async fn recover(&self) -> bool {
+        match self.scheduler.recover_interrupted().await {
+            Ok(runs) => {
+                for run in &runs {
+                    (self.log)(&GatewayEvent::Recovered(run.clone()));
+                }
+                !runs.is_empty()
+            }
+            Err(e) => {
+                (self.log)(&GatewayEvent::Problem(e.to_string()));
+                false
+            }
+        }
     }
 
     fn report(&self, done: Result<Done, tokio::task::JoinError>) {
