@@ -207,6 +207,12 @@ impl Server {
         })
     }
 
+    /// The whole application, to serve requests in process (without the socket's timeouts
+    /// and cap): for tests and fuzzing.
+    pub fn router(&self) -> Router {
+        self.app.clone()
+    }
+
     /// The address actually bound (useful with port 0).
     pub fn local_addr(&self) -> Result<SocketAddr, ServeError> {
         Ok(self.listener.local_addr()?)

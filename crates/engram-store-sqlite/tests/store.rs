@@ -1134,3 +1134,75 @@ fn memories_are_counted_per_day_in_the_time_zone_asked_for() {
     };
     assert_eq!(days(&with_closed, &utc).len(), 1);
 }
+
+#[test]
+fn the_integrity_check_passes_a_sound_store_and_names_what_is_out_of_step() {
+    let dir = TempDir::new().unwrap();
+    let path = dir.path().join("engram.db");
+    let store = SqliteStore::open(&path).unwrap();
+    let a = add(&store, "alice", "Alice moved to Berlin in May");
+    add(&store, "alice", "prefers tabs over spaces");
+    let b = add(&store, "bob", "Bob plays the guitar");
+    add(&store, "bob", "!!!");
+    store
+        .update(
+            a,
+            MemoryPatch {
+                text: Some("Alice moved to Lisbon in June".into()),
+                ..MemoryPatch::default()
+            },
+            "test",
+        )
+        .unwrap();
+    store.invalidate(b, "test").unwrap();
+    store.delete(a, "test").unwrap();
+    store
+        .put_vectors(
+            "toy",
+            2,
+            vec![engram_core::StoredVector {
+                content_hash: engram_core::content_hash(
+                    &Scope::user("bob"),
+                    "Bob plays the guitar",
+                ),
+                vector: vec![0.6, 0.8],
+                truncated: false,
+            }],
+        )
+        .unwrap();
+    assert_eq!(store.check_integrity().unwrap(), Vec::<String>::new());
+
+    // Behind the store's back: a memory loses its index row, a user's statistics drift.
+    let conn = rusqlite::Connection::open(&path).unwrap();
+    conn.execute(
+        "DELETE FROM memories_fts WHERE rowid = (SELECT min(rowid) FROM memories)",
+        [],
+    )
+    .unwrap();
+    conn.execute(
+        "UPDATE fts_user_stats SET terms = terms + 1 WHERE user_id = 'bob'",
+        [],
+    )
+    .unwrap();
+    conn.execute("UPDATE embeddings SET vector = x'00000000'", [])
+        .unwrap();
+    let problems = store.check_integrity().unwrap();
+    assert!(
+        problems
+            .iter()
+            .any(|p| p == "1 memories without an index row"),
+        "{problems:?}"
+    );
+    assert!(
+        problems
+            .iter()
+            .any(|p| p == "1 users whose word statistics disagree with their memories"),
+        "{problems:?}"
+    );
+    assert!(
+        problems
+            .iter()
+            .any(|p| p == "1 vectors whose length is not their model's"),
+        "{problems:?}"
+    );
+}

@@ -348,8 +348,9 @@ fn read_skill_file(file: &Path) -> Result<String, String> {
     String::from_utf8(bytes).map_err(|_| "it is not UTF-8 text".to_string())
 }
 
-/// Reads one SKILL.md's text into a skill named `folder`.
-fn parse_skill(
+/// Reads one SKILL.md's text into a skill named `folder` (front matter and body), checking its
+/// requirements with `probe`; the reason in one line when it cannot be used.
+pub fn parse_skill(
     folder: &str,
     text: &str,
     source: SkillSource,

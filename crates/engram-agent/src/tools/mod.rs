@@ -44,6 +44,7 @@ pub use read::{ReadFileTool, ReadLimits};
 pub use registry::{RegistryError, ToolRegistry, to_anthropic, to_openai};
 pub use shell::{
     BashKillTool, BashOutputTool, BashTool, SAFE_ENV, Shell, ShellLimits, ShellOptions,
+    check_deny_list, check_deny_list_in,
 };
 pub use workspace::{PathError, Workspace, WorkspaceError};
 pub use write::{EditFileTool, WriteFileTool};

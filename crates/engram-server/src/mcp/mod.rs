@@ -164,6 +164,12 @@ impl McpServer {
         Ok(user)
     }
 
+    /// Calls a tool directly, as a client of this server would (the server's own access,
+    /// as over stdio): the tool's JSON answer, or the error a client would see.
+    pub async fn call(&self, name: &str, arguments: Value) -> Result<Value, ApiError> {
+        self.dispatch(name, arguments, None).await
+    }
+
     async fn dispatch(
         &self,
         name: &str,

@@ -1,0 +1,20 @@
+//! The lenient JSON reader for what models write.
+#![no_main]
+
+use engram_core::llm::lenient_json;
+use libfuzzer_sys::fuzz_target;
+use serde_json::Value;
+
+fuzz_target!(|text: &str| {
+    let lenient = lenient_json::parse(text);
+    let _ = lenient_json::parse_prefix(text);
+    let _ = lenient_json::extract_object(text);
+    let _ = lenient_json::strip_code_fence(text);
+    if let Ok(arguments) = lenient_json::parse_arguments(text) {
+        assert!(arguments.is_object(), "arguments must be an object: {arguments}");
+    }
+    // Valid JSON is read exactly as JSON.
+    if let Ok(strict) = serde_json::from_str::<Value>(text) {
+        assert_eq!(lenient.ok(), Some(strict));
+    }
+});
