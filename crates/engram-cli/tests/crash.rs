@@ -78,7 +78,7 @@ impl Engine {
             Engine::Sqlite => {
                 let store = engram_store_sqlite::SqliteStore::open(home.join("engram.db"))
                     .unwrap_or_else(|e| panic!("the store does not open after the crash: {e}"));
-                store.check_integrity().unwrap()
+                store.blocking().check_integrity().unwrap()
             }
         }
     }
