@@ -65,15 +65,16 @@ impl StoredRunState {
     /// Opens (resumes or starts) the conversation of `session`. The file is created, with its
     /// metadata line, at once, so a session that was started is listed even before anything
     /// is said.
-    pub fn open(
+    pub async fn open(
         session: Session,
         tools: Arc<ToolRegistry>,
         clock: Arc<dyn Clock>,
     ) -> Result<Self, RunStateError> {
         session
             .create(clock.now())
+            .await
             .map_err(|e| storage("created", e))?;
-        let log = session.load().map_err(|e| storage("read", e))?;
+        let log = session.load().await.map_err(|e| storage("read", e))?;
         Ok(Self {
             tools,
             working: WorkingMemory::resume(&log),
@@ -181,6 +182,7 @@ impl RunState for StoredRunState {
             .collect();
         self.session
             .append(&records, now)
+            .await
             .map_err(|e| storage("saved", e))?;
         let user_turn = messages.iter().any(|m| matches!(m, Message::User { .. }));
         for message in messages {
@@ -230,6 +232,7 @@ impl RunState for StoredRunState {
         let now = self.clock.now();
         self.session
             .append(&[SessionRecord::Ended { timestamp: now }], now)
+            .await
             .map_err(|e| storage("saved", e))?;
         self.working.clear();
         self.goal.clear();
@@ -280,13 +283,14 @@ mod tests {
         Arc::new(ToolRegistry::new())
     }
 
-    fn stored(dir: &std::path::Path) -> StoredRunState {
-        let store = SessionStore::new(dir);
+    async fn stored(dir: &std::path::Path) -> StoredRunState {
+        let store = SessionStore::files(dir);
         StoredRunState::open(
             store.session(SessionKey::default(), Default::default()),
             tools(),
             clock(),
         )
+        .await
         .unwrap()
     }
 
@@ -366,7 +370,7 @@ mod tests {
     #[tokio::test]
     async fn the_stored_state_keeps_the_contract() {
         let dir = tempfile::tempdir().unwrap();
-        let mut s = stored(dir.path());
+        let mut s = stored(dir.path()).await;
         contract(&mut s).await;
     }
 
@@ -378,35 +382,38 @@ mod tests {
             Message::assistant("Noted."),
         ];
         {
-            let mut s = stored(dir.path());
+            let mut s = stored(dir.path()).await;
             s.update(conversation.clone()).await.unwrap();
         }
-        let mut s = stored(dir.path());
+        let mut s = stored(dir.path()).await;
         assert!(s.warnings().is_empty());
         assert_eq!(s.history().await.unwrap(), conversation);
         s.clear().await.unwrap();
-        let s = stored(dir.path());
+        let s = stored(dir.path()).await;
         assert!(s.history().await.unwrap().is_empty());
         // Nothing was removed from the file.
-        assert_eq!(s.session().load().unwrap().plain_messages(), conversation);
+        assert_eq!(
+            s.session().load().await.unwrap().plain_messages(),
+            conversation
+        );
     }
 
     #[tokio::test]
     async fn a_torn_line_is_reported_on_open_and_the_rest_kept() {
         let dir = tempfile::tempdir().unwrap();
         let path = {
-            let mut s = stored(dir.path());
+            let mut s = stored(dir.path()).await;
             s.update(vec![Message::user("kept")]).await.unwrap();
-            s.session().path().to_path_buf()
+            std::path::PathBuf::from(s.session().location())
         };
         let mut text = std::fs::read_to_string(&path).unwrap();
         text.push_str(r#"{"_type":"message","timest"#);
         std::fs::write(&path, text).unwrap();
-        let mut s = stored(dir.path());
+        let mut s = stored(dir.path()).await;
         assert_eq!(s.warnings().len(), 1);
         assert_eq!(s.warnings()[0].line, 3);
         s.update(vec![Message::user("after")]).await.unwrap();
-        let s = stored(dir.path());
+        let s = stored(dir.path()).await;
         assert_eq!(
             s.history().await.unwrap(),
             vec![Message::user("kept"), Message::user("after")]
@@ -428,8 +435,9 @@ mod tests {
             summary_max_tokens: 200,
             target_percent: 60,
         };
-        let mut s =
-            stored(dir.path()).with_summarizer(Arc::new(ModelSummarizer::new(model)), config);
+        let mut s = stored(dir.path())
+            .await
+            .with_summarizer(Arc::new(ModelSummarizer::new(model)), config);
         s.set_instructions(vec![Message::system("You are engram.")])
             .await
             .unwrap();
@@ -471,8 +479,8 @@ mod tests {
             "{prompt}"
         );
         // The file keeps every message; a restart sees the same summary and window.
-        assert_eq!(s.session().load().unwrap().messages().len(), 64);
-        let resumed = stored(dir.path());
+        assert_eq!(s.session().load().await.unwrap().messages().len(), 64);
+        let resumed = stored(dir.path()).await;
         assert_eq!(resumed.working(), s.working());
     }
 }

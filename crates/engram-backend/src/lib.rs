@@ -99,6 +99,14 @@ impl StoreConfig {
         self
     }
 
+    /// True when the engine holds the agent's session logs (a database shared by several
+    /// machines); on SQLite they stay files under ENGRAM_HOME/sessions.
+    pub fn shares_sessions(&self) -> bool {
+        match self {
+            Self::Sqlite { .. } => false,
+        }
+    }
+
     /// Where the data lives, as a person would name it.
     pub fn location(&self) -> String {
         match self {

@@ -123,7 +123,7 @@ fn fill(home: &Path) {
     );
 
     // The conversation the trip memories came from, as the agent keeps it.
-    let sessions = SessionStore::new(home.join("sessions"));
+    let sessions = SessionStore::files(home.join("sessions"));
     let mut metadata = serde_json::Map::new();
     metadata.insert("user".into(), json!("alice"));
     let trip = sessions.session(SessionKey::parse("cli:trip").unwrap(), metadata);
@@ -157,8 +157,13 @@ fn fill(home: &Path) {
             "2024-05-07T10:00:01Z",
         ),
     ];
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .build()
+        .unwrap();
     for (message, when) in messages {
-        trip.append_message(&message, at(when)).unwrap();
+        runtime
+            .block_on(trip.append_message(&message, at(when)))
+            .unwrap();
     }
 }
 

@@ -1,7 +1,9 @@
-//! Sessions: one conversation's full record, as an append-only JSONL file.
+//! Sessions: one conversation's full record, as an append-only log of JSON lines.
 //!
-//! A session is named by a key `channel:chat_id` (`cli:direct` by default) and lives in
-//! `ENGRAM_HOME/sessions/<encoded key>.jsonl`. The first line is the metadata record
+//! A session is named by a key `channel:chat_id` (`cli:direct` by default). Where its log
+//! lives is a [`SessionLogStore`]: on one machine, [`FileLogs`] keeps it in
+//! `ENGRAM_HOME/sessions/<encoded key>.jsonl`; an engine shared by several machines (PostgreSQL)
+//! holds it so that a conversation goes on on any of them. The first line is the metadata record
 //! (`{"_type":"metadata","created_at","updated_at","metadata":{...}}`); every later line is one
 //! record, appended as it happens:
 //!
@@ -16,9 +18,10 @@
 //! and stays so; the session's real last update is the timestamp of its last record, which
 //! [`SessionLog::updated_at`] derives on reading.
 //!
-//! **Concurrent writers.** Each append takes an exclusive advisory lock on the file
-//! ([`std::fs::File::lock`]), then writes all its lines in one `write` on a file opened with
-//! `O_APPEND`, so two processes appending to one session never interleave bytes.
+//! **Concurrent writers.** An append is one indivisible step of the store: [`FileLogs`] takes an
+//! exclusive advisory lock on the file ([`std::fs::File::lock`]), then writes all its lines in
+//! one `write` on a file opened with `O_APPEND`, so two processes appending to one session never
+//! interleave bytes.
 //!
 //! **Crashes.** A process killed in the middle of a write can leave a torn last line. The reader
 //! reports it ([`SessionWarning`]: file, line, why) and skips it; every line before it
@@ -29,8 +32,13 @@ use std::fmt;
 use std::fs::{File, OpenOptions};
 use std::io::{Read, Seek, SeekFrom, Write};
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
+use async_trait::async_trait;
 use engram_core::llm::Message;
+use engram_core::store::sessions::{
+    LogKind, PREVIOUS_SUFFIX, SessionLogError, SessionLogStore, StoredLog,
+};
 use jiff::Timestamp;
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
@@ -62,17 +70,9 @@ pub enum SessionError {
         /// What is wrong with it.
         reason: String,
     },
-    /// A file operation failed.
-    #[error("cannot {action} {}: {source}", path.display())]
-    Io {
-        /// What was being done ("append to the session file", ...).
-        action: &'static str,
-        /// The file or directory.
-        path: PathBuf,
-        /// The operating system's error.
-        #[source]
-        source: std::io::Error,
-    },
+    /// The session store failed (a file that cannot be written, a database away).
+    #[error(transparent)]
+    Store(#[from] SessionLogError),
     /// A record could not be turned into JSON (should not happen with engram's own types).
     #[error("cannot encode a session record as JSON: {0}")]
     Encode(#[from] serde_json::Error),
@@ -138,17 +138,7 @@ impl SessionKey {
     /// written as `%XX`, then `.jsonl` (`cli:direct` is `cli%3Adirect.jsonl`). Reversible, and
     /// safe on every file system (no separators, no dots, no reserved characters).
     pub fn file_name(&self) -> String {
-        let mut name = String::with_capacity(self.0.len() + 8);
-        for byte in self.0.bytes() {
-            if byte.is_ascii_alphanumeric() || byte == b'-' || byte == b'_' {
-                name.push(char::from(byte));
-            } else {
-                name.push_str(&format!("%{byte:02X}"));
-            }
-        }
-        name.push('.');
-        name.push_str(SESSION_EXTENSION);
-        name
+        format!("{}.{SESSION_EXTENSION}", encode_key(&self.0))
     }
 
     /// The key a session file name stands for (the reverse of [`SessionKey::file_name`]);
@@ -367,11 +357,11 @@ impl SessionRecord {
     }
 }
 
-/// A line of a session file that was skipped.
+/// A line of a session log that was skipped.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct SessionWarning {
-    /// The file.
-    pub path: PathBuf,
+    /// Where the log lives (its file, or the session in a database).
+    pub location: String,
     /// The line's number, from 1.
     pub line: usize,
     /// Why it was skipped.
@@ -382,10 +372,8 @@ impl fmt::Display for SessionWarning {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(
             f,
-            "session file {} line {}: {}; the line was skipped, everything else is kept",
-            self.path.display(),
-            self.line,
-            self.reason
+            "session {} line {}: {}; the line was skipped, everything else is kept",
+            self.location, self.line, self.reason
         )
     }
 }
@@ -437,20 +425,20 @@ pub fn parse_records(text: &str) -> ParsedLines {
     ParsedLines { records, skipped }
 }
 
-/// A session file, read.
+/// A session log, read.
 #[derive(Debug, Clone, PartialEq)]
 pub struct SessionLog {
     /// The session's key.
     pub key: SessionKey,
-    /// Its file.
-    pub path: PathBuf,
+    /// Where it lives (its file, or the session in a database).
+    pub location: String,
     /// The first line (`None` if it was lost, e.g. torn by a crash at creation).
     pub metadata: Option<SessionMetadata>,
     /// Every other record, in file order.
     pub records: Vec<SessionRecord>,
     /// Lines that were skipped.
     pub warnings: Vec<SessionWarning>,
-    /// The file's size in bytes.
+    /// The log's size in bytes.
     pub bytes: u64,
 }
 
@@ -533,8 +521,8 @@ impl SessionLog {
 pub struct SessionInfo {
     /// The key.
     pub key: SessionKey,
-    /// The file.
-    pub path: PathBuf,
+    /// Where it lives.
+    pub location: String,
     /// When it was created.
     pub created_at: Option<Timestamp>,
     /// When it last changed.
@@ -555,7 +543,7 @@ impl From<&SessionLog> for SessionInfo {
     fn from(log: &SessionLog) -> Self {
         Self {
             key: log.key.clone(),
-            path: log.path.clone(),
+            location: log.location.clone(),
             created_at: log.created_at(),
             updated_at: log.updated_at(),
             messages: log.messages().len(),
@@ -567,71 +555,62 @@ impl From<&SessionLog> for SessionInfo {
     }
 }
 
-/// The directory of session files (`ENGRAM_HOME/sessions`).
-#[derive(Debug, Clone)]
+/// The agent's sessions, in a [`SessionLogStore`]. Cheap to clone.
+#[derive(Clone)]
 pub struct SessionStore {
-    dir: PathBuf,
+    logs: Arc<dyn SessionLogStore>,
+}
+
+impl fmt::Debug for SessionStore {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("SessionStore").finish_non_exhaustive()
+    }
 }
 
 impl SessionStore {
-    /// Sessions in `dir` (created on the first append).
-    pub fn new(dir: impl Into<PathBuf>) -> Self {
-        Self { dir: dir.into() }
+    /// Sessions in `logs` (a shared engine's, or [`FileLogs`]).
+    pub fn new(logs: Arc<dyn SessionLogStore>) -> Self {
+        Self { logs }
     }
 
-    /// The directory.
-    pub fn dir(&self) -> &Path {
-        &self.dir
+    /// Sessions as files in `dir` (created on the first append): the default on one machine.
+    pub fn files(dir: impl Into<PathBuf>) -> Self {
+        Self::new(Arc::new(FileLogs::new(dir)))
     }
 
-    /// The file of a session (whether or not it exists).
-    pub fn path_for(&self, key: &SessionKey) -> PathBuf {
-        self.dir.join(key.file_name())
+    /// Where a session's log lives, as a person would name it.
+    pub fn location(&self, key: &SessionKey) -> String {
+        self.logs.location(key.as_str(), LogKind::Session)
     }
 
-    /// A handle to append to (and read) a session. The file is created, with its metadata
+    /// A handle to append to (and read) a session. The log is created, with its metadata
     /// line holding `metadata` and the key, the first time anything is appended (or by
     /// [`Session::create`]).
     pub fn session(&self, key: SessionKey, metadata: Map<String, Value>) -> Session {
-        let path = self.path_for(&key);
         Session {
+            logs: self.logs.clone(),
             key,
-            path,
             metadata,
         }
     }
 
-    /// Whether a session exists.
-    pub fn exists(&self, key: &SessionKey) -> bool {
-        self.path_for(key).is_file()
-    }
-
     /// Reads a session; `None` if it does not exist.
-    pub fn load(&self, key: &SessionKey) -> Result<Option<SessionLog>, SessionError> {
-        read_log(key.clone(), self.path_for(key))
+    pub async fn load(&self, key: &SessionKey) -> Result<Option<SessionLog>, SessionError> {
+        read_log(self.logs.as_ref(), key.clone()).await
     }
 
-    /// Every session in the directory, most recently updated first. Files that are not
-    /// session files are ignored.
-    pub fn list(&self) -> Result<Vec<SessionInfo>, SessionError> {
-        let entries = match std::fs::read_dir(&self.dir) {
-            Ok(entries) => entries,
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Vec::new()),
-            Err(source) => {
-                return Err(SessionError::Io {
-                    action: "list the sessions in",
-                    path: self.dir.clone(),
-                    source,
-                });
-            }
-        };
+    /// Every session, most recently updated first. Logs whose key is not a session key (a log
+    /// set aside, files of other programs) are left out.
+    pub async fn list(&self) -> Result<Vec<SessionInfo>, SessionError> {
         let mut sessions = Vec::new();
-        for entry in entries.flatten() {
-            let name = entry.file_name();
-            let Some(key) = name.to_str().and_then(SessionKey::from_file_name) else {
+        for key in self.logs.keys().await? {
+            if key.ends_with(PREVIOUS_SUFFIX) {
+                continue;
+            }
+            let Ok(key) = SessionKey::parse(&key) else {
                 continue;
             };
-            if let Some(log) = read_log(key, entry.path())? {
+            if let Some(log) = read_log(self.logs.as_ref(), key).await? {
                 sessions.push(SessionInfo::from(&log));
             }
         }
@@ -639,58 +618,27 @@ impl SessionStore {
         Ok(sessions)
     }
 
-    /// Deletes a session's file and its archive; `false` if it did not exist.
-    pub fn delete(&self, key: &SessionKey) -> Result<bool, SessionError> {
-        let path = self.path_for(key);
-        let existed = match std::fs::remove_file(&path) {
-            Ok(()) => true,
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => false,
-            Err(source) => {
-                return Err(SessionError::Io {
-                    action: "delete the session file",
-                    path,
-                    source,
-                });
-            }
-        };
-        let archive = archive_path(&path);
-        match std::fs::remove_file(&archive) {
-            Ok(()) => Ok(true),
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(existed),
-            Err(source) => Err(SessionError::Io {
-                action: "delete the session archive",
-                path: archive,
-                source,
-            }),
-        }
+    /// Deletes a session and its archive; `false` if neither existed.
+    pub async fn delete(&self, key: &SessionKey) -> Result<bool, SessionError> {
+        Ok(self.logs.delete(key.as_str()).await?)
+    }
+
+    /// Sets a session's log aside, replacing the one set aside before: the session starts
+    /// afresh, and a session fed forever keeps at most two logs' worth.
+    pub async fn set_aside(&self, key: &SessionKey) -> Result<(), SessionError> {
+        Ok(self.logs.set_aside(key.as_str()).await?)
     }
 }
 
-/// The archive file next to a session file.
-fn archive_path(session_path: &Path) -> PathBuf {
-    let name = session_path
-        .file_name()
-        .and_then(|n| n.to_str())
-        .and_then(|n| n.strip_suffix(&format!(".{SESSION_EXTENSION}")))
-        .unwrap_or("session");
-    session_path.with_file_name(format!("{name}{ARCHIVE_SUFFIX}"))
-}
-
-fn read_log(key: SessionKey, path: PathBuf) -> Result<Option<SessionLog>, SessionError> {
-    let bytes = match std::fs::read(&path) {
-        Ok(bytes) => bytes,
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
-        Err(source) => {
-            return Err(SessionError::Io {
-                action: "read the session file",
-                path,
-                source,
-            });
-        }
+async fn read_log(
+    logs: &dyn SessionLogStore,
+    key: SessionKey,
+) -> Result<Option<SessionLog>, SessionError> {
+    let Some(stored) = logs.read(key.as_str(), LogKind::Session).await? else {
+        return Ok(None);
     };
-    // A write torn inside a multi-byte character leaves invalid UTF-8 only on the torn line.
-    let text = String::from_utf8_lossy(&bytes);
-    let ParsedLines { records, skipped } = parse_records(&text);
+    let location = logs.location(key.as_str(), LogKind::Session);
+    let ParsedLines { records, skipped } = parse_records(&stored.text);
     let mut metadata = None;
     let mut rest = Vec::with_capacity(records.len());
     for (line, record) in records {
@@ -703,27 +651,35 @@ fn read_log(key: SessionKey, path: PathBuf) -> Result<Option<SessionLog>, Sessio
     let warnings = skipped
         .into_iter()
         .map(|(line, reason)| SessionWarning {
-            path: path.clone(),
+            location: location.clone(),
             line,
             reason,
         })
         .collect();
     Ok(Some(SessionLog {
         key,
-        path,
+        location,
         metadata,
         records: rest,
         warnings,
-        bytes: bytes.len() as u64,
+        bytes: stored.bytes,
     }))
 }
 
-/// A handle on one session's file: appends records and reads them back.
-#[derive(Debug, Clone)]
+/// A handle on one session: appends records and reads them back.
+#[derive(Clone)]
 pub struct Session {
+    logs: Arc<dyn SessionLogStore>,
     key: SessionKey,
-    path: PathBuf,
     metadata: Map<String, Value>,
+}
+
+impl fmt::Debug for Session {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Session")
+            .field("key", &self.key)
+            .finish_non_exhaustive()
+    }
 }
 
 impl Session {
@@ -732,58 +688,71 @@ impl Session {
         &self.key
     }
 
-    /// Its file.
-    pub fn path(&self) -> &Path {
-        &self.path
+    /// Where its log lives.
+    pub fn location(&self) -> String {
+        self.logs.location(self.key.as_str(), LogKind::Session)
     }
 
-    /// The archive file next to it (turns that left the working window unsummarised).
-    pub fn archive_path(&self) -> PathBuf {
-        archive_path(&self.path)
+    /// Where its archive lives (turns that left the working window unsummarised).
+    pub fn archive_location(&self) -> String {
+        self.logs.location(self.key.as_str(), LogKind::Archive)
     }
 
-    /// Creates the file with its metadata line if it does not exist yet.
-    pub fn create(&self, now: Timestamp) -> Result<(), SessionError> {
-        self.append_lines(&self.path, &[], now, true)
+    /// Creates the log with its metadata line if it does not exist yet.
+    pub async fn create(&self, now: Timestamp) -> Result<(), SessionError> {
+        self.append_lines(LogKind::Session, Vec::new(), now).await
     }
 
     /// Appends one message.
-    pub fn append_message(&self, message: &Message, now: Timestamp) -> Result<(), SessionError> {
+    pub async fn append_message(
+        &self,
+        message: &Message,
+        now: Timestamp,
+    ) -> Result<(), SessionError> {
         self.append(&[SessionRecord::message(message.clone(), now)], now)
+            .await
     }
 
-    /// Appends records, all in one write (a batch is never split by another writer).
-    pub fn append(&self, records: &[SessionRecord], now: Timestamp) -> Result<(), SessionError> {
+    /// Appends records, all in one step (a batch is never split by another writer).
+    pub async fn append(
+        &self,
+        records: &[SessionRecord],
+        now: Timestamp,
+    ) -> Result<(), SessionError> {
         let lines = records
             .iter()
             .map(SessionRecord::to_line)
             .collect::<Result<Vec<_>, _>>()?;
-        self.append_lines(&self.path, &lines, now, true)
+        self.append_lines(LogKind::Session, lines, now).await
     }
 
-    /// Appends messages to the archive file next to the session (no metadata line there).
-    pub fn archive(&self, messages: &[Message], now: Timestamp) -> Result<PathBuf, SessionError> {
+    /// Appends messages to the session's archive (no metadata line there); returns where the
+    /// archive lives.
+    pub async fn archive(
+        &self,
+        messages: &[Message],
+        now: Timestamp,
+    ) -> Result<String, SessionError> {
         let lines = messages
             .iter()
             .map(|m| SessionRecord::message(m.clone(), now).to_line())
             .collect::<Result<Vec<_>, _>>()?;
-        let path = self.archive_path();
-        self.append_lines(&path, &lines, now, false)?;
-        Ok(path)
+        self.append_lines(LogKind::Archive, lines, now).await?;
+        Ok(self.archive_location())
     }
 
     /// Reads the session back (an empty log if nothing was written yet).
-    pub fn load(&self) -> Result<SessionLog, SessionError> {
-        Ok(
-            read_log(self.key.clone(), self.path.clone())?.unwrap_or_else(|| SessionLog {
+    pub async fn load(&self) -> Result<SessionLog, SessionError> {
+        Ok(read_log(self.logs.as_ref(), self.key.clone())
+            .await?
+            .unwrap_or_else(|| SessionLog {
                 key: self.key.clone(),
-                path: self.path.clone(),
+                location: self.location(),
                 metadata: None,
                 records: Vec::new(),
                 warnings: Vec::new(),
                 bytes: 0,
-            }),
-        )
+            }))
     }
 
     fn metadata_line(&self, now: Timestamp) -> Result<String, SessionError> {
@@ -797,57 +766,219 @@ impl Session {
         .to_line()
     }
 
-    fn append_lines(
+    async fn append_lines(
         &self,
-        path: &Path,
-        lines: &[String],
+        log: LogKind,
+        lines: Vec<String>,
         now: Timestamp,
-        with_metadata: bool,
     ) -> Result<(), SessionError> {
-        let io = |action: &'static str| {
-            let path = path.to_path_buf();
-            move |source| SessionError::Io {
-                action,
-                path,
-                source,
-            }
+        let first = match log {
+            LogKind::Session => Some(self.metadata_line(now)?),
+            LogKind::Archive => None,
         };
-        if let Some(dir) = path.parent() {
-            std::fs::create_dir_all(dir).map_err(io("create the sessions directory for"))?;
-        }
-        let mut file = OpenOptions::new()
-            .read(true)
-            .append(true)
-            .create(true)
-            .open(path)
-            .map_err(io("open the session file"))?;
-        // Held until the file is closed at the end of this function.
-        file.lock().map_err(io("lock the session file"))?;
-        let len = file
-            .metadata()
-            .map_err(io("read the size of the session file"))?
-            .len();
-        let mut buffer = String::new();
-        if len == 0 {
-            if with_metadata {
-                buffer.push_str(&self.metadata_line(now)?);
-                buffer.push('\n');
-            }
-        } else if !ends_with_newline(&mut file, len).map_err(io("read the session file"))? {
-            // A torn line from a crash: start on a fresh line so it stays alone (and skipped).
-            buffer.push('\n');
-        }
-        for line in lines {
-            buffer.push_str(line);
-            buffer.push('\n');
-        }
-        if buffer.is_empty() {
-            return Ok(());
-        }
-        file.write_all(buffer.as_bytes())
-            .map_err(io("append to the session file"))?;
-        Ok(())
+        Ok(self
+            .logs
+            .append(self.key.as_str(), log, first, lines)
+            .await?)
     }
+}
+
+/// Session logs as files in one directory (`ENGRAM_HOME/sessions`): the session
+/// `<encoded key>.jsonl` (see [`SessionKey::file_name`]) and its archive
+/// `<encoded key>.archive.jsonl`. File work runs on the blocking pool.
+#[derive(Debug, Clone)]
+pub struct FileLogs {
+    dir: PathBuf,
+}
+
+impl FileLogs {
+    /// Logs in `dir` (created on the first append).
+    pub fn new(dir: impl Into<PathBuf>) -> Self {
+        Self { dir: dir.into() }
+    }
+
+    /// The directory.
+    pub fn dir(&self) -> &Path {
+        &self.dir
+    }
+
+    /// The file of a log (whether or not it exists).
+    pub fn path(&self, key: &str, log: LogKind) -> PathBuf {
+        let stem = encode_key(key);
+        match log {
+            LogKind::Session => self.dir.join(format!("{stem}.{SESSION_EXTENSION}")),
+            LogKind::Archive => self.dir.join(format!("{stem}{ARCHIVE_SUFFIX}")),
+        }
+    }
+
+    fn previous_path(&self, key: &str) -> PathBuf {
+        self.dir
+            .join(format!("{}.previous.{SESSION_EXTENSION}", encode_key(key)))
+    }
+}
+
+/// A key as a file name stem: every byte but ASCII letters, digits, `-` and `_` as `%XX`.
+fn encode_key(key: &str) -> String {
+    let mut name = String::with_capacity(key.len() + 8);
+    for byte in key.bytes() {
+        if byte.is_ascii_alphanumeric() || byte == b'-' || byte == b'_' {
+            name.push(char::from(byte));
+        } else {
+            name.push_str(&format!("%{byte:02X}"));
+        }
+    }
+    name
+}
+
+fn io_error(action: &'static str, path: &Path, e: std::io::Error) -> SessionLogError {
+    SessionLogError::Io {
+        action,
+        location: path.display().to_string(),
+        detail: e.to_string(),
+    }
+}
+
+/// Runs file work on the blocking pool (in place outside a runtime).
+async fn blocking<T: Send + 'static>(
+    work: impl FnOnce() -> Result<T, SessionLogError> + Send + 'static,
+) -> Result<T, SessionLogError> {
+    match tokio::runtime::Handle::try_current() {
+        Ok(runtime) => runtime
+            .spawn_blocking(work)
+            .await
+            .map_err(|e| SessionLogError::Io {
+                action: "finish work on",
+                location: "the session files".to_string(),
+                detail: e.to_string(),
+            })?,
+        Err(_) => work(),
+    }
+}
+
+#[async_trait]
+impl SessionLogStore for FileLogs {
+    async fn append(
+        &self,
+        key: &str,
+        log: LogKind,
+        first: Option<String>,
+        lines: Vec<String>,
+    ) -> Result<(), SessionLogError> {
+        let path = self.path(key, log);
+        blocking(move || append_file(&path, first.as_deref(), &lines)).await
+    }
+
+    async fn read(&self, key: &str, log: LogKind) -> Result<Option<StoredLog>, SessionLogError> {
+        let path = self.path(key, log);
+        blocking(move || match std::fs::read(&path) {
+            Ok(bytes) => Ok(Some(StoredLog {
+                bytes: bytes.len() as u64,
+                // A write torn inside a multi-byte character leaves invalid UTF-8 only on the
+                // torn line.
+                text: String::from_utf8_lossy(&bytes).into_owned(),
+            })),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
+            Err(e) => Err(io_error("read the session file", &path, e)),
+        })
+        .await
+    }
+
+    async fn keys(&self) -> Result<Vec<String>, SessionLogError> {
+        let dir = self.dir.clone();
+        blocking(move || {
+            let entries = match std::fs::read_dir(&dir) {
+                Ok(entries) => entries,
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Vec::new()),
+                Err(e) => return Err(io_error("list the sessions in", &dir, e)),
+            };
+            Ok(entries
+                .flatten()
+                .filter_map(|entry| {
+                    let name = entry.file_name();
+                    SessionKey::from_file_name(name.to_str()?).map(String::from)
+                })
+                .collect())
+        })
+        .await
+    }
+
+    async fn delete(&self, key: &str) -> Result<bool, SessionLogError> {
+        let paths = [
+            self.path(key, LogKind::Session),
+            self.path(key, LogKind::Archive),
+        ];
+        blocking(move || {
+            let mut existed = false;
+            for path in paths {
+                match std::fs::remove_file(&path) {
+                    Ok(()) => existed = true,
+                    Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+                    Err(e) => return Err(io_error("delete the session file", &path, e)),
+                }
+            }
+            Ok(existed)
+        })
+        .await
+    }
+
+    /// Renames the session's file to `<encoded key>.previous.jsonl` (the archive stays).
+    async fn set_aside(&self, key: &str) -> Result<(), SessionLogError> {
+        let (path, previous) = (self.path(key, LogKind::Session), self.previous_path(key));
+        blocking(move || match std::fs::rename(&path, &previous) {
+            Ok(()) => Ok(()),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
+            Err(e) => Err(io_error("set aside the session file", &path, e)),
+        })
+        .await
+    }
+
+    fn location(&self, key: &str, log: LogKind) -> String {
+        self.path(key, log).display().to_string()
+    }
+}
+
+/// Appends `lines` to the file at `path` in one write under an exclusive lock, with `first`
+/// before them when the file is new (or empty); a torn last line gets the new ones on a fresh
+/// line.
+fn append_file(path: &Path, first: Option<&str>, lines: &[String]) -> Result<(), SessionLogError> {
+    if let Some(dir) = path.parent() {
+        std::fs::create_dir_all(dir)
+            .map_err(|e| io_error("create the sessions directory for", path, e))?;
+    }
+    let mut file = OpenOptions::new()
+        .read(true)
+        .append(true)
+        .create(true)
+        .open(path)
+        .map_err(|e| io_error("open the session file", path, e))?;
+    // Held until the file is closed at the end of this function.
+    file.lock()
+        .map_err(|e| io_error("lock the session file", path, e))?;
+    let len = file
+        .metadata()
+        .map_err(|e| io_error("read the size of the session file", path, e))?
+        .len();
+    let mut buffer = String::new();
+    if len == 0 {
+        if let Some(first) = first {
+            buffer.push_str(first);
+            buffer.push('\n');
+        }
+    } else if !ends_with_newline(&mut file, len)
+        .map_err(|e| io_error("read the session file", path, e))?
+    {
+        // A torn line from a crash: start on a fresh line so it stays alone (and skipped).
+        buffer.push('\n');
+    }
+    for line in lines {
+        buffer.push_str(line);
+        buffer.push('\n');
+    }
+    if buffer.is_empty() {
+        return Ok(());
+    }
+    file.write_all(buffer.as_bytes())
+        .map_err(|e| io_error("append to the session file", path, e))
 }
 
 fn ends_with_newline(file: &mut File, len: u64) -> std::io::Result<bool> {
@@ -869,7 +1000,7 @@ mod tests {
 
     fn store() -> (tempfile::TempDir, SessionStore) {
         let dir = tempfile::tempdir().unwrap();
-        let store = SessionStore::new(dir.path().join("sessions"));
+        let store = SessionStore::files(dir.path().join("sessions"));
         (dir, store)
     }
 
@@ -917,16 +1048,16 @@ mod tests {
         assert_eq!(SessionKey::from_file_name("cli%3Ax.archive.jsonl"), None);
     }
 
-    #[test]
-    fn every_message_is_appended_with_the_metadata_first() {
+    #[tokio::test]
+    async fn every_message_is_appended_with_the_metadata_first() {
         let (_dir, store) = store();
         let mut meta = Map::new();
         meta.insert("user".into(), "ada".into());
         let session = store.session(SessionKey::default(), meta);
         for (i, m) in conversation().iter().enumerate() {
-            session.append_message(m, at(i as i64)).unwrap();
+            session.append_message(m, at(i as i64)).await.unwrap();
         }
-        let text = std::fs::read_to_string(session.path()).unwrap();
+        let text = std::fs::read_to_string(session.location()).unwrap();
         let first = text.lines().next().unwrap();
         assert!(
             first.starts_with(r#"{"_type":"metadata","created_at":"#),
@@ -939,7 +1070,7 @@ mod tests {
                 && second.contains(r#""role":"user","content":"read a.txt""#),
             "{second}"
         );
-        let log = session.load().unwrap();
+        let log = session.load().await.unwrap();
         assert!(log.warnings.is_empty(), "{:?}", log.warnings);
         assert_eq!(log.plain_messages(), conversation());
         assert_eq!(log.user(), Some("ada"));
@@ -948,19 +1079,19 @@ mod tests {
         assert_eq!(log.user_messages(), 1);
     }
 
-    #[test]
-    fn a_torn_last_line_is_reported_and_skipped_and_the_next_append_starts_fresh() {
+    #[tokio::test]
+    async fn a_torn_last_line_is_reported_and_skipped_and_the_next_append_starts_fresh() {
         let (_dir, store) = store();
         let session = store.session(SessionKey::default(), Map::new());
         for (i, m) in conversation().iter().enumerate() {
-            session.append_message(m, at(i as i64)).unwrap();
+            session.append_message(m, at(i as i64)).await.unwrap();
         }
-        let full = std::fs::read_to_string(session.path()).unwrap();
+        let full = std::fs::read_to_string(session.location()).unwrap();
         let mut torn = full.clone();
         torn.push_str(r#"{"_type":"message","timestamp":"2024-01-01T00:00:00Z","role":"us"#);
-        std::fs::write(session.path(), &torn).unwrap();
+        std::fs::write(session.location(), &torn).unwrap();
 
-        let log = session.load().unwrap();
+        let log = session.load().await.unwrap();
         assert_eq!(log.plain_messages(), conversation());
         assert_eq!(log.warnings.len(), 1);
         assert_eq!(log.warnings[0].line, 6);
@@ -970,8 +1101,9 @@ mod tests {
 
         session
             .append_message(&Message::user("again"), at(9))
+            .await
             .unwrap();
-        let log = session.load().unwrap();
+        let log = session.load().await.unwrap();
         let mut expected = conversation();
         expected.push(Message::user("again"));
         assert_eq!(log.plain_messages(), expected);
@@ -979,25 +1111,25 @@ mod tests {
         assert_eq!(log.warnings[0].line, 6);
     }
 
-    #[test]
-    fn list_show_and_delete() {
-        let (_dir, store) = store();
-        assert!(store.list().unwrap().is_empty());
+    #[tokio::test]
+    async fn list_show_and_delete() {
+        let (dir, store) = store();
+        assert!(store.list().await.unwrap().is_empty());
         let a = store.session(SessionKey::parse("cli:a").unwrap(), Map::new());
         let b = store.session(SessionKey::parse("telegram:7").unwrap(), Map::new());
-        a.append_message(&Message::user("hi"), at(1)).unwrap();
-        b.append_message(&Message::user("yo"), at(5)).unwrap();
-        std::fs::write(store.dir().join("stray.txt"), "x").unwrap();
-        a.archive(&[Message::user("old")], at(2)).unwrap();
-        let list = store.list().unwrap();
+        a.append_message(&Message::user("hi"), at(1)).await.unwrap();
+        b.append_message(&Message::user("yo"), at(5)).await.unwrap();
+        std::fs::write(dir.path().join("sessions/stray.txt"), "x").unwrap();
+        a.archive(&[Message::user("old")], at(2)).await.unwrap();
+        let list = store.list().await.unwrap();
         let keys: Vec<_> = list.iter().map(|s| s.key.as_str()).collect();
         assert_eq!(keys, ["telegram:7", "cli:a"]);
         assert_eq!(list[1].messages, 1);
-        assert!(store.delete(a.key()).unwrap());
-        assert!(!a.archive_path().exists());
-        assert!(!store.delete(a.key()).unwrap());
-        assert!(store.load(a.key()).unwrap().is_none());
-        assert_eq!(store.list().unwrap().len(), 1);
+        assert!(store.delete(a.key()).await.unwrap());
+        assert!(!std::path::Path::new(&a.archive_location()).exists());
+        assert!(!store.delete(a.key()).await.unwrap());
+        assert!(store.load(a.key()).await.unwrap().is_none());
+        assert_eq!(store.list().await.unwrap().len(), 1);
     }
 
     #[test]
@@ -1026,25 +1158,28 @@ mod tests {
         );
     }
 
-    #[test]
-    fn concurrent_appenders_never_interleave() {
+    #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+    async fn concurrent_appenders_never_interleave() {
         let (_dir, store) = store();
         let key = SessionKey::default();
-        let threads: Vec<_> = (0..4)
+        let tasks: Vec<_> = (0..4)
             .map(|t| {
                 let session = store.session(key.clone(), Map::new());
-                std::thread::spawn(move || {
+                tokio::spawn(async move {
                     for i in 0..50 {
                         let text = format!("writer {t} message {i} {}", "x".repeat(3000));
-                        session.append_message(&Message::user(text), at(i)).unwrap();
+                        session
+                            .append_message(&Message::user(text), at(i))
+                            .await
+                            .unwrap();
                     }
                 })
             })
             .collect();
-        for t in threads {
-            t.join().unwrap();
+        for t in tasks {
+            t.await.unwrap();
         }
-        let log = store.load(&key).unwrap().unwrap();
+        let log = store.load(&key).await.unwrap().unwrap();
         assert!(log.warnings.is_empty(), "{:?}", log.warnings);
         assert!(log.metadata.is_some());
         assert_eq!(log.messages().len(), 200);

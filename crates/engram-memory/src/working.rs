@@ -396,8 +396,7 @@ impl WorkingMemory {
         let (summary, archived, outcome) = match result {
             Ok(summary) => (summary, None, None),
             Err(error) => {
-                let archive = session.archive(&folded, now)?;
-                let archive = archive.display().to_string();
+                let archive = session.archive(&folded, now).await?;
                 let summary = digest(
                     self.summary.as_deref(),
                     &folded,
@@ -415,15 +414,17 @@ impl WorkingMemory {
                 )
             }
         };
-        session.append(
-            &[SessionRecord::Summary(SummaryRecord {
-                timestamp: now,
-                summary: summary.clone(),
-                through,
-                archived,
-            })],
-            now,
-        )?;
+        session
+            .append(
+                &[SessionRecord::Summary(SummaryRecord {
+                    timestamp: now,
+                    summary: summary.clone(),
+                    through,
+                    archived,
+                })],
+                now,
+            )
+            .await?;
         self.summary = Some(summary);
         self.window.drain(..cut);
         self.start = through;
@@ -567,15 +568,15 @@ mod tests {
 
     fn session() -> (tempfile::TempDir, Session) {
         let dir = tempfile::tempdir().unwrap();
-        let store = SessionStore::new(dir.path());
+        let store = SessionStore::files(dir.path());
         let session = store.session(SessionKey::default(), Default::default());
         (dir, session)
     }
 
-    fn fill(working: &mut WorkingMemory, session: &Session, turns: std::ops::Range<usize>) {
+    async fn fill(working: &mut WorkingMemory, session: &Session, turns: std::ops::Range<usize>) {
         for i in turns {
             for m in turn(i) {
-                session.append_message(&m, at(i as i64)).unwrap();
+                session.append_message(&m, at(i as i64)).await.unwrap();
                 working.push(m);
             }
         }
@@ -585,7 +586,7 @@ mod tests {
     async fn a_conversation_within_budget_is_left_alone() {
         let (_dir, session) = session();
         let mut working = WorkingMemory::new();
-        fill(&mut working, &session, 0..2);
+        fill(&mut working, &session, 0..2).await;
         let summarizer = ScriptedSummarizer::new(vec![]);
         let outcome = working
             .fit(100, &small(), &summarizer, &session, at(9))
@@ -600,7 +601,7 @@ mod tests {
     async fn the_oldest_turns_are_folded_at_user_boundaries_and_survive_a_restart() {
         let (_dir, session) = session();
         let mut working = WorkingMemory::new();
-        fill(&mut working, &session, 0..12);
+        fill(&mut working, &session, 0..12).await;
         let config = small();
         let before = working.context_tokens();
         assert!(before > config.request_budget());
@@ -626,7 +627,7 @@ mod tests {
         assert!(matches!(working.window()[0], Message::User { .. }));
         check_tool_pairing(&working.context(), true).unwrap();
         // What was folded went to the summariser whole, tool results with their calls.
-        let calls = summarizer.calls.lock().unwrap();
+        let calls = summarizer.calls.lock().unwrap().clone();
         assert_eq!(calls[0].1.len(), messages);
         check_tool_pairing(&calls[0].1, true).unwrap();
         let context = working.context();
@@ -634,17 +635,17 @@ mod tests {
         assert!(context[0].text().contains("files 0 to n"));
 
         // A restart rebuilds the same working memory from the session file.
-        let resumed = WorkingMemory::resume(&session.load().unwrap());
+        let resumed = WorkingMemory::resume(&session.load().await.unwrap());
         assert_eq!(resumed, working);
         // Every message is still in the file.
-        assert_eq!(session.load().unwrap().messages().len(), 48);
+        assert_eq!(session.load().await.unwrap().messages().len(), 48);
     }
 
     #[tokio::test]
     async fn a_failed_summary_archives_the_turns_and_keeps_the_users_words() {
         let (_dir, session) = session();
         let mut working = WorkingMemory::new();
-        fill(&mut working, &session, 0..12);
+        fill(&mut working, &session, 0..12).await;
         let summarizer = ScriptedSummarizer::new(vec![Err(())]);
         let outcome = working
             .fit(200, &small(), &summarizer, &session, at(20))
@@ -672,7 +673,7 @@ mod tests {
             )),
             "{summary}"
         );
-        let log = session.load().unwrap();
+        let log = session.load().await.unwrap();
         assert_eq!(
             log.last_summary().unwrap().archived.as_deref(),
             Some(archive.as_str())
@@ -702,13 +703,13 @@ mod tests {
     async fn summaries_roll_forward_and_an_ended_session_starts_afresh() {
         let (_dir, session) = session();
         let mut working = WorkingMemory::new();
-        fill(&mut working, &session, 0..12);
+        fill(&mut working, &session, 0..12).await;
         let summarizer = ScriptedSummarizer::new(vec![Ok("first".into()), Ok("second".into())]);
         working
             .fit(200, &small(), &summarizer, &session, at(20))
             .await
             .unwrap();
-        fill(&mut working, &session, 12..24);
+        fill(&mut working, &session, 12..24).await;
         working
             .fit(200, &small(), &summarizer, &session, at(40))
             .await
@@ -719,12 +720,16 @@ mod tests {
             "the previous summary is folded into the next"
         );
         assert_eq!(working.summary(), Some("second"));
-        assert_eq!(WorkingMemory::resume(&session.load().unwrap()), working);
+        assert_eq!(
+            WorkingMemory::resume(&session.load().await.unwrap()),
+            working
+        );
 
         session
             .append(&[SessionRecord::Ended { timestamp: at(50) }], at(50))
+            .await
             .unwrap();
-        let fresh = WorkingMemory::resume(&session.load().unwrap());
+        let fresh = WorkingMemory::resume(&session.load().await.unwrap());
         assert_eq!(fresh.summary(), None);
         assert!(fresh.window().is_empty());
         assert_eq!(fresh.messages_seen(), 96);

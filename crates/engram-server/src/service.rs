@@ -425,7 +425,10 @@ impl MemoryService {
         let Ok(key) = SessionKey::parse(&key) else {
             return Ok(None);
         };
-        let log = read_sessions(move || store.load(&key)).await?;
+        let log = store
+            .load(&key)
+            .await
+            .map_err(|e| ApiError::internal(e.to_string()))?;
         Ok(log.filter(|log| log.user() == Some(user_id.as_str())))
     }
 
@@ -434,8 +437,10 @@ impl MemoryService {
         let Some(store) = self.transcripts.clone() else {
             return Ok(Vec::new());
         };
-        Ok(read_sessions(move || store.list())
-            .await?
+        Ok(store
+            .list()
+            .await
+            .map_err(|e| ApiError::internal(e.to_string()))?
             .into_iter()
             .filter(|info| info.user.as_deref() == Some(user_id))
             .collect())
@@ -490,14 +495,4 @@ impl MemoryService {
             Err(e) => Err(e.into()),
         }
     }
-}
-
-/// Reads session files (blocking file I/O) on the blocking pool.
-async fn read_sessions<T: Send + 'static>(
-    read: impl FnOnce() -> Result<T, engram_memory::session::SessionError> + Send + 'static,
-) -> Result<T, ApiError> {
-    tokio::task::spawn_blocking(read)
-        .await
-        .map_err(|e| ApiError::internal(format!("reading the sessions stopped: {e}")))?
-        .map_err(|e| ApiError::internal(e.to_string()))
 }

@@ -480,7 +480,7 @@ async fn sessions_show_the_conversations_the_agent_kept() {
     use engram_server::config::ServerSettings;
 
     let dir = tempfile::TempDir::new().unwrap();
-    let sessions = SessionStore::new(dir.path().join("sessions"));
+    let sessions = SessionStore::files(dir.path().join("sessions"));
     let mut options = ServeOptions::new("127.0.0.1:0".parse().unwrap(), ServerSettings::default());
     options.transcripts = Some(sessions.clone());
     let server = TestServer::start_with_options(dir, options).await;
@@ -493,6 +493,7 @@ async fn sessions_show_the_conversations_the_agent_kept() {
         &Message::user("Where did I fly in May?"),
         at("2024-05-06T09:00:00Z"),
     )
+    .await
     .unwrap();
     let call = ToolCall::new("call-1", "recall", r#"{"query": "flight May"}"#);
     trip.append_message(
@@ -502,22 +503,26 @@ async fn sessions_show_the_conversations_the_agent_kept() {
         }),
         at("2024-05-06T09:00:01Z"),
     )
+    .await
     .unwrap();
     trip.append_message(
         &Message::tool_result("call-1", "Lisbon"),
         at("2024-05-06T09:00:02Z"),
     )
+    .await
     .unwrap();
     trip.append_message(
         &Message::assistant("To Lisbon."),
         at("2024-05-06T09:00:03Z"),
     )
+    .await
     .unwrap();
     let mut bobs = serde_json::Map::new();
     bobs.insert("user".into(), json!("bob"));
     sessions
         .session(SessionKey::parse("cli:bob").unwrap(), bobs)
         .append_message(&Message::user("hi"), at("2024-05-07T09:00:00Z"))
+        .await
         .unwrap();
     add(
         &server,

@@ -103,7 +103,7 @@ pub fn run(ctx: &Context, args: BenchContextArgs) -> Result<Status> {
         USER.to_string(),
         config,
     ));
-    let sessions = SessionStore::new(dir.path().join("sessions"));
+    let sessions = SessionStore::files(dir.path().join("sessions"));
     let key = SessionKey::parse("bench:context")?;
     let session = sessions.session(key.clone(), serde_json::Map::new());
 
@@ -126,13 +126,13 @@ pub fn run(ctx: &Context, args: BenchContextArgs) -> Result<Status> {
 
         // The turn's memory work before the model is called.
         let turn_start = Instant::now();
-        session.append_message(&Message::user(message.clone()), at)?;
+        runtime.block_on(session.append_message(&Message::user(message.clone()), at))?;
         let block_start = Instant::now();
         let block = runtime.block_on(manager.context_block(&message, at))?;
         let block_time = block_start.elapsed();
         // ... the model answers here (not measured) ...
         let after_start = Instant::now();
-        session.append_message(&Message::assistant(reply.clone()), at)?;
+        runtime.block_on(session.append_message(&Message::assistant(reply.clone()), at))?;
         history.push(Message::user(message.clone()));
         history.push(Message::assistant(reply));
         if (turn + 1) % EXTRACT_EVERY == 0 {

@@ -183,7 +183,7 @@ pub fn prepare_with_memory(
     ));
     let mut metadata = serde_json::Map::new();
     metadata.insert("user".into(), setup.user.clone().into());
-    let session = super::sessions::store(ctx).session(session_key, metadata);
+    let session = ctx.sessions()?.session(session_key, metadata);
     let hooks = Arc::new(MemoryHooks::new(manager.clone(), session.clone()));
     let working = setup.config.memory.working();
     let setup = AgentSetup {
@@ -205,8 +205,9 @@ pub fn prepare_with_memory(
 impl MemorySetup {
     /// The conversation's run state: the session file, resumed, with working memory on the
     /// configured budget. Lines of the file skipped as damaged are reported on stderr.
-    pub fn open_state(&self, tools: Arc<ToolRegistry>) -> Result<StoredRunState> {
+    pub async fn open_state(&self, tools: Arc<ToolRegistry>) -> Result<StoredRunState> {
         let state = StoredRunState::open(self.session.clone(), tools, Arc::new(SystemClock))
+            .await
             .with_context(|| format!("cannot open the session {}", self.session.key()))?
             .with_summarizer(
                 Arc::new(ModelSummarizer::new(self.model.clone())),
@@ -334,7 +335,7 @@ async fn extract_pending(
     lock: &tokio::sync::Mutex<()>,
 ) -> Result<Option<ExtractionReport>> {
     let _one_at_a_time = lock.lock().await;
-    let log = session.load().with_context(|| {
+    let log = session.load().await.with_context(|| {
         format!(
             "cannot read the session {} to extract from it",
             session.key()
@@ -360,6 +361,7 @@ async fn extract_pending(
                 }],
                 now,
             )
+            .await
             .with_context(|| format!("cannot mark the session {} as extracted", session.key()))?;
     }
     Ok(Some(report))

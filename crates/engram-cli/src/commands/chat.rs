@@ -122,7 +122,7 @@ pub fn chat(ctx: &Context, args: ChatArgs) -> Result<Status> {
         setup.workspace.root().display()
     );
 
-    let mut state = memory.open_state(setup.tools.clone())?;
+    let mut state = runtime.block_on(memory.open_state(setup.tools.clone()))?;
     match runtime.block_on(memory.manager.known_summary()) {
         Ok(line) => eprintln!("{line}"),
         Err(e) => eprintln!("warning: cannot read what is known about you: {e}"),
@@ -248,10 +248,12 @@ fn forget(
     let erased = runtime
         .block_on(memory.manager.forget())
         .context("cannot erase your memories")?;
-    let store = super::sessions::store(ctx);
+    let store = ctx.sessions()?;
     let mut sessions = 0;
-    for info in store.list()? {
-        if info.user.as_deref() == Some(setup.user.as_str()) && store.delete(&info.key)? {
+    for info in runtime.block_on(store.list())? {
+        if info.user.as_deref() == Some(setup.user.as_str())
+            && runtime.block_on(store.delete(&info.key))?
+        {
             sessions += 1;
         }
     }
@@ -265,7 +267,10 @@ fn forget(
 }
 
 fn print_sessions(ctx: &Context, memory: &MemorySetup) {
-    match super::sessions::store(ctx).list() {
+    let listed = ctx
+        .sessions()
+        .and_then(|store| ctx.block_on(store.list())?.map_err(anyhow::Error::from));
+    match listed {
         Ok(list) if list.is_empty() => println!("(no sessions)"),
         Ok(list) => {
             for info in list {

@@ -117,7 +117,7 @@ pub fn turn_runner(ctx: &Context, workspace: Option<PathBuf>) -> Result<Arc<dyn 
     Ok(Arc::new(AgentRunner {
         agent,
         tools: setup.tools,
-        sessions: super::sessions::store(ctx),
+        sessions: ctx.sessions()?,
         user: setup.user,
         summarizer: Arc::new(ModelSummarizer::new(memory.model.clone())),
         working: memory.working,
@@ -150,24 +150,27 @@ impl AgentRunner {
     /// The turn's session; when it holds more than `history_limit` messages, the file is set
     /// aside (replacing the one set aside before) and the session starts afresh, so a session
     /// fed forever (the heartbeat) keeps at most two files' worth.
-    fn open_state(&self, turn: &Turn) -> Result<StoredRunState, TurnError> {
+    async fn open_state(&self, turn: &Turn) -> Result<StoredRunState, TurnError> {
         let key = session_key_for(&turn.session_key)?;
         if let Some(limit) = turn.history_limit {
             let over = self
                 .sessions
                 .load(&key)
+                .await
                 .map_err(|e| TurnError(e.to_string()))?
                 .is_some_and(|log| log.messages().len() > limit);
             if over {
-                let path = self.sessions.path_for(&key);
-                std::fs::rename(&path, path.with_extension("previous.jsonl"))
-                    .map_err(|e| TurnError(format!("cannot set aside {}: {e}", path.display())))?;
+                self.sessions
+                    .set_aside(&key)
+                    .await
+                    .map_err(|e| TurnError(format!("cannot set the session {key} aside: {e}")))?;
             }
         }
         let mut metadata = serde_json::Map::new();
         metadata.insert("user".into(), self.user.clone().into());
         let session = self.sessions.session(key, metadata);
         let state = StoredRunState::open(session, self.tools.clone(), Arc::new(SystemClock))
+            .await
             .map_err(|e| TurnError(e.to_string()))?
             .with_summarizer(self.summarizer.clone(), self.working);
         for warning in state.warnings() {
@@ -199,7 +202,7 @@ impl TurnRunner for AgentRunner {
         Self: 'b,
     {
         Box::pin(async move {
-            let mut state = self.open_state(&turn)?;
+            let mut state = self.open_state(&turn).await?;
             let cancel = CancelToken::new();
             let mut sink = |_event: AgentEvent<'_>| {};
             let outcome = self

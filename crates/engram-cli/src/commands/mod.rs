@@ -27,12 +27,16 @@ use std::sync::{Arc, OnceLock};
 use anyhow::{Context as _, Result};
 use engram_backend::StoreConfig;
 use engram_core::{Backend, Filter, MemoryStore, Scope};
+use engram_memory::session::SessionStore;
 use jiff::Timestamp;
 use jiff::tz::TimeZone;
 
 use crate::cli::{Cli, Command, FilterArgs, ScopeArgs};
 use crate::exit::{Status, usage};
 use crate::home::Home;
+
+/// The sessions directory inside ENGRAM_HOME.
+pub const SESSIONS_DIR: &str = "sessions";
 
 /// What every command gets: where state lives, how to print, the async runtime and the
 /// store. The runtime and the store are made on first use, once per process: this is the
@@ -113,6 +117,19 @@ impl Context {
         let config = self.store_config()?;
         let backend = self.block_on(engram_backend::open(&config))??;
         Ok(self.backend.get_or_init(|| backend).clone())
+    }
+
+    /// The agent's sessions: in the engine when it is shared by several machines, else files
+    /// under ENGRAM_HOME/sessions (without opening the database).
+    pub fn sessions(&self) -> Result<SessionStore> {
+        let config = self.store_config();
+        if !config.shares_sessions() {
+            return Ok(SessionStore::files(self.home.dir().join(SESSIONS_DIR)));
+        }
+        let logs = self.backend()?.sessions.ok_or_else(|| {
+            anyhow::anyhow!("the store {} keeps no session logs", config.location())
+        })?;
+        Ok(SessionStore::new(logs))
     }
 
     /// The memories of [`Context::backend`].

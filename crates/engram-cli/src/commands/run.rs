@@ -67,7 +67,7 @@ pub fn run(ctx: &Context, args: RunArgs) -> Result<Status> {
     let (setup, memory) = prepare_with_memory(ctx, &args.agent, key)?;
     let runtime = ctx.runtime()?;
     let show_answer = !ctx.json;
-    let mut state = memory.open_state(setup.tools.clone())?;
+    let mut state = runtime.block_on(memory.open_state(setup.tools.clone()))?;
     let (outcome, record, extraction) = runtime.block_on(async {
         let cancel = CancelToken::new();
         let watcher = tokio::spawn(cancel_on_ctrl_c(cancel.clone()));

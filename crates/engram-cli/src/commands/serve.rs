@@ -129,7 +129,7 @@ pub fn run(ctx: &Context, args: ServeArgs) -> Result<Status> {
         options.concurrency = usize::from(concurrency);
     }
     options.extraction = extraction(ctx)?;
-    options.transcripts = Some(super::sessions::store(ctx));
+    options.transcripts = Some(ctx.sessions()?);
     let gateway = if args.gateway {
         Some(super::gateway::build(
             ctx,

@@ -3,15 +3,12 @@
 use anyhow::Result;
 use clap::{Args, Subcommand};
 use engram_core::Message;
-use engram_memory::session::{SessionKey, SessionLog, SessionRecord, SessionStore};
+use engram_memory::session::{SessionKey, SessionLog, SessionRecord};
 use serde_json::json;
 
 use super::Context;
 use super::agent_common::one_line;
 use crate::exit::{Failure, Status, usage};
-
-/// The sessions directory inside ENGRAM_HOME.
-pub const SESSIONS_DIR: &str = "sessions";
 
 /// `engram sessions ...`.
 #[derive(Debug, Subcommand)]
@@ -32,11 +29,6 @@ pub struct SessionKeyArgs {
     pub key: String,
 }
 
-/// The session store of this ENGRAM_HOME.
-pub fn store(ctx: &Context) -> SessionStore {
-    SessionStore::new(ctx.home.dir().join(SESSIONS_DIR))
-}
-
 /// Reads a session key given by a person; a bad one is a usage error.
 pub fn parse_key(text: &str) -> Result<SessionKey> {
     SessionKey::parse(text).map_err(|e| usage(e.to_string()))
@@ -44,10 +36,10 @@ pub fn parse_key(text: &str) -> Result<SessionKey> {
 
 /// Runs `engram sessions ...`.
 pub fn run(ctx: &Context, command: SessionsCommand) -> Result<Status> {
-    let sessions = store(ctx);
+    let sessions = ctx.sessions()?;
     match command {
         SessionsCommand::List => {
-            let list = sessions.list()?;
+            let list = ctx.block_on(sessions.list())??;
             if ctx.json {
                 crate::output::json(&list)?;
             } else if list.is_empty() {
@@ -72,7 +64,7 @@ pub fn run(ctx: &Context, command: SessionsCommand) -> Result<Status> {
         }
         SessionsCommand::Show(args) => {
             let key = parse_key(&args.key)?;
-            let Some(log) = sessions.load(&key)? else {
+            let Some(log) = ctx.block_on(sessions.load(&key))?? else {
                 return Err(not_found(&key));
             };
             for warning in &log.warnings {
@@ -87,7 +79,7 @@ pub fn run(ctx: &Context, command: SessionsCommand) -> Result<Status> {
         }
         SessionsCommand::Delete(args) => {
             let key = parse_key(&args.key)?;
-            if !sessions.delete(&key)? {
+            if !ctx.block_on(sessions.delete(&key))?? {
                 return Err(not_found(&key));
             }
             if ctx.json {
@@ -117,7 +109,7 @@ fn log_json(log: &SessionLog) -> Result<serde_json::Value> {
         .collect::<Result<Vec<_>>>()?;
     Ok(json!({
         "key": log.key,
-        "path": log.path,
+        "location": log.location,
         "created_at": log.created_at(),
         "updated_at": log.updated_at(),
         "metadata": log.metadata.as_ref().map(|m| &m.metadata),
@@ -131,7 +123,7 @@ fn print_log(log: &SessionLog) {
         "session {} · {} messages · {}",
         log.key,
         log.messages().len(),
-        log.path.display()
+        log.location
     );
     let mut count = 0usize;
     for record in &log.records {

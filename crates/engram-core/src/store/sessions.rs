@@ -52,6 +52,9 @@ pub struct StoredLog {
     pub bytes: u64,
 }
 
+/// What [`SessionLogStore::set_aside`] appends to a key to name the log it set aside.
+pub const PREVIOUS_SUFFIX: &str = "~previous";
+
 /// Where session logs live.
 #[async_trait]
 pub trait SessionLogStore: Send + Sync {
@@ -70,11 +73,28 @@ pub trait SessionLogStore: Send + Sync {
     /// A log's text; `None` when it does not exist.
     async fn read(&self, key: &str, log: LogKind) -> Result<Option<StoredLog>, SessionLogError>;
 
-    /// The keys of every session (not of archives), in no particular order.
+    /// The keys of every session (not of archives), in no particular order; logs set aside are
+    /// listed too (see [`SessionLogStore::set_aside`]).
     async fn keys(&self) -> Result<Vec<String>, SessionLogError>;
 
     /// Deletes a session and its archive; `false` when neither existed.
     async fn delete(&self, key: &str) -> Result<bool, SessionLogError>;
+
+    /// Sets a session's log aside so that the session starts afresh (the gateway does this to
+    /// a session fed forever), replacing the log set aside before. The default moves the log to
+    /// the key `<key>~previous` ([`PREVIOUS_SUFFIX`]; the session's archive goes); a store with
+    /// a cheaper way (a file rename) does that instead.
+    async fn set_aside(&self, key: &str) -> Result<(), SessionLogError> {
+        let previous = format!("{key}{PREVIOUS_SUFFIX}");
+        self.delete(&previous).await?;
+        if let Some(log) = self.read(key, LogKind::Session).await? {
+            let lines = log.text.lines().map(str::to_string).collect();
+            self.append(&previous, LogKind::Session, None, lines)
+                .await?;
+        }
+        self.delete(key).await?;
+        Ok(())
+    }
 
     /// Where a log lives, as a person would name it (a file path, `postgres: session <key>`),
     /// for messages about its lines.
