@@ -104,6 +104,7 @@ impl StoreConfig {
     pub fn shares_sessions(&self) -> bool {
         match self {
             Self::Sqlite { .. } => false,
+            Self::Postgres { .. } => true,
         }
     }
 

@@ -122,7 +122,7 @@ impl Context {
     /// The agent's sessions: in the engine when it is shared by several machines, else files
     /// under ENGRAM_HOME/sessions (without opening the database).
     pub fn sessions(&self) -> Result<SessionStore> {
-        let config = self.store_config();
+        let config = self.store_config()?;
         if !config.shares_sessions() {
             return Ok(SessionStore::files(self.home.dir().join(SESSIONS_DIR)));
         }
