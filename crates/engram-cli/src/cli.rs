@@ -308,6 +308,9 @@ pub enum BenchCommand {
     /// Vector search: exact vs approximate latency and recall@k by scope size, index build time,
     /// RSS.
     Vectors(crate::bench::vectors::BenchVectorsArgs),
+    /// Extraction quality with the configured model: recall, precision, stale, invented and
+    /// assistant-only facts on a labelled set of conversations, through `POST /v1/memories`.
+    Extraction(crate::bench::extraction::BenchExtractionArgs),
 }
 
 /// Which retrieval a benchmark measures.

@@ -222,7 +222,12 @@ fn what_the_user_said_in_one_session_is_in_the_memory_block_of_the_next() {
     assert!(transcript.contains("Python 3.12"), "{transcript}");
 
     // Session two, a different session key and process: the request carries the facts.
-    let two = ScriptedServer::spawn(vec![Turn::text("Stick with FastAPI.")]).unwrap();
+    let two = ScriptedServer::spawn(vec![
+        Turn::text("Stick with FastAPI."),
+        episodes(&[]),
+        profile(&[], &[]),
+    ])
+    .unwrap();
     let (stdout, _) = home.run(
         &two,
         "cli:two",
@@ -230,7 +235,11 @@ fn what_the_user_said_in_one_session_is_in_the_memory_block_of_the_next() {
     );
     assert!(stdout.contains("Stick with FastAPI."), "{stdout}");
     let requests = two.requests();
-    assert_eq!(requests.len(), 1, "one exchange: nothing to extract");
+    assert_eq!(
+        requests.len(),
+        3,
+        "one exchange is extracted too: the answer, then two extraction calls"
+    );
     let messages = requests[0].messages();
     assert_eq!(messages[0]["role"], "system");
     assert_eq!(
@@ -281,6 +290,8 @@ fn every_n_turns_the_session_is_extracted_in_the_background_while_it_goes_on() {
         episodes(&[("The user chose Rust for the new CLI", "discovery", 4)]),
         profile(&[("cli language", "Rust")], &[]),
         Turn::text("Clap is a good choice."),
+        episodes(&[]),
+        profile(&[], &[]),
     ])
     .unwrap();
     let mut child = home
@@ -332,8 +343,8 @@ fn every_n_turns_the_session_is_extracted_in_the_background_while_it_goes_on() {
         "the chat is still running"
     );
 
-    // The third turn goes on; at the end, the one new exchange alone is too little to extract
-    // again, and what was extracted is not extracted twice.
+    // The third turn goes on; at the end only the new exchange is extracted: what was
+    // extracted is not extracted twice.
     stdin.write_all(b"Which argument parser?\n/exit\n").unwrap();
     drop(stdin);
     let out = child.wait_with_output().unwrap();
@@ -344,7 +355,18 @@ fn every_n_turns_the_session_is_extracted_in_the_background_while_it_goes_on() {
         String::from_utf8_lossy(&out.stderr)
     );
     assert!(stdout.contains("Clap is a good choice."), "{stdout}");
-    assert_eq!(server.requests().len(), 5, "three turns and one extraction");
+    assert_eq!(
+        server.requests().len(),
+        7,
+        "three turns and two extractions"
+    );
+    let last: String = server.requests()[5]
+        .messages()
+        .iter()
+        .filter_map(|m| m["content"].as_str())
+        .collect();
+    assert!(last.contains("Which argument parser?"), "{last}");
+    assert!(!last.contains("new CLI in Rust"), "{last}");
     assert_eq!(
         home.memories(&["--kind", "episode"])
             .iter()
@@ -394,7 +416,8 @@ fn a_changed_preference_leaves_one_current_fact_and_the_old_one_in_history() {
     );
 
     // The next request sees helix only.
-    let third = ScriptedServer::spawn(vec![Turn::text("ok")]).unwrap();
+    let third =
+        ScriptedServer::spawn(vec![Turn::text("ok"), episodes(&[]), profile(&[], &[])]).unwrap();
     home.run(&third, "cli:c", "Which editor do I use?");
     let block = system_text(&third.requests()[0]);
     assert!(block.contains("helix") && !block.contains("vim"), "{block}");
@@ -642,7 +665,16 @@ fn an_edited_memory_md_is_seen_on_the_next_turn() {
         "# Long-term memory\n\n- The user's cat is called Miso.\n",
     )
     .unwrap();
-    let server = ScriptedServer::spawn(vec![Turn::text("Miso!"), Turn::text("Pixel!")]).unwrap();
+    // Each one-shot run is extracted after its answer (nothing worth keeping here).
+    let server = ScriptedServer::spawn(vec![
+        Turn::text("Miso!"),
+        episodes(&[]),
+        profile(&[], &[]),
+        Turn::text("Pixel!"),
+        episodes(&[]),
+        profile(&[], &[]),
+    ])
+    .unwrap();
     home.run(&server, "cli:pets", "What is my cat called?");
     assert!(system_text(&server.requests()[0]).contains("Miso"));
 
@@ -652,7 +684,7 @@ fn an_edited_memory_md_is_seen_on_the_next_turn() {
     )
     .unwrap();
     home.run(&server, "cli:pets", "And now?");
-    let text = system_text(&server.requests()[1]);
+    let text = system_text(&server.requests()[3]);
     assert!(text.contains("Pixel"), "{text}");
     assert!(!text.contains("called Miso"), "{text}");
 }
@@ -674,7 +706,7 @@ fn the_repl_shows_what_it_knows_and_forgets_on_request() {
     home.chat(
         &first,
         "cli:one",
-        "I write Go for a living.\nThanks.\n/exit\n",
+        "I write Go for a living; I picked it for the billing service.\nThanks.\n/exit\n",
     );
 
     // No model call is needed for any of these commands.

@@ -25,8 +25,6 @@ use crate::when::time_window;
 pub const MESSAGE_CHARS: usize = 500;
 /// How many of the last messages the extractor sees.
 pub const TRANSCRIPT_MESSAGES: usize = 20;
-/// Fewer exchanges (a user message answered by the assistant) than this are not worth extracting.
-pub const MIN_EXCHANGES: usize = 2;
 /// Longest summary or value kept, in characters (a model that rambles is cut).
 const MAX_ENTRY_CHARS: usize = 1000;
 
@@ -116,12 +114,15 @@ pub struct ProfileUpdate {
     pub facts: Vec<ProfileEntry>,
     /// How they want things done.
     pub preferences: Vec<ProfileEntry>,
+    /// Known entries the conversation says are no longer true (the value may be empty when
+    /// the model named only the key).
+    pub ended: Vec<ProfileEntry>,
 }
 
 impl ProfileUpdate {
     /// True when nothing was found.
     pub fn is_empty(&self) -> bool {
-        self.facts.is_empty() && self.preferences.is_empty()
+        self.facts.is_empty() && self.preferences.is_empty() && self.ended.is_empty()
     }
 }
 
@@ -142,47 +143,38 @@ pub struct UnusableOutput {
 pub struct Transcript {
     /// `user: ...` / `assistant: ...` lines.
     pub text: String,
-    /// How many exchanges it holds.
-    pub exchanges: usize,
+    /// How many user messages it holds.
+    pub user_messages: usize,
 }
 
 /// The transcript for extraction: user and assistant messages only (system and tool messages
 /// are left out, and assistant messages with no text), each cut to [`MESSAGE_CHARS`], the last
-/// [`TRANSCRIPT_MESSAGES`]. `None` when the conversation has fewer than [`MIN_EXCHANGES`]
-/// exchanges.
+/// [`TRANSCRIPT_MESSAGES`]. One user message is enough: whether it holds anything worth keeping
+/// is for the model to say. `None` only when no user message has text (nothing the user said
+/// can be learned).
 pub fn transcript(messages: &[Message]) -> Option<Transcript> {
-    let spoken: Vec<(&str, &str)> = messages
-        .iter()
-        .filter_map(|m| match m {
-            Message::User { content } if !content.trim().is_empty() => {
-                Some(("user", content.trim()))
-            }
-            Message::Assistant(a) if !a.content.trim().is_empty() => {
-                Some(("assistant", a.content.trim()))
-            }
-            _ => None,
-        })
-        .collect();
-    let exchanges = spoken
-        .windows(2)
-        .filter(|pair| pair[0].0 == "user" && pair[1].0 == "assistant")
-        .count();
-    if exchanges < MIN_EXCHANGES {
+    let spoken = crate::grounding::spoken(messages);
+    let start = spoken.len().saturating_sub(TRANSCRIPT_MESSAGES);
+    let shown = &spoken[start..];
+    let user_messages = shown.iter().filter(|(is_user, _)| *is_user).count();
+    if user_messages == 0 {
         return None;
     }
-    let start = spoken.len().saturating_sub(TRANSCRIPT_MESSAGES);
     let mut text = String::new();
-    for (role, content) in &spoken[start..] {
-        text.push_str(role);
+    for (is_user, content) in shown {
+        text.push_str(if *is_user { "user" } else { "assistant" });
         text.push_str(": ");
         text.push_str(&cut(content, MESSAGE_CHARS));
         text.push('\n');
     }
-    Some(Transcript { text, exchanges })
+    Some(Transcript {
+        text,
+        user_messages,
+    })
 }
 
 /// `text` cut to `max` characters, with an ellipsis when something was cut.
-fn cut(text: &str, max: usize) -> String {
+pub(crate) fn cut(text: &str, max: usize) -> String {
     match text.char_indices().nth(max) {
         Some((end, _)) => format!("{}…", &text[..end]),
         None => text.to_string(),
@@ -204,12 +196,14 @@ fn extraction_request(
     transcript: &Transcript,
     now: Timestamp,
     tz: &TimeZone,
+    known: &str,
 ) -> ChatRequest {
     let (date, weekday, yesterday) = date_values(now, tz);
     let system = prompt.render(&[
         ("date", &date),
         ("weekday", &weekday),
         ("yesterday", &yesterday),
+        ("known", known),
     ]);
     ChatRequest::new(vec![
         Message::system(system),
@@ -221,12 +215,28 @@ fn extraction_request(
 
 /// The request that asks for episodes (JSON mode).
 pub fn episodes_request(transcript: &Transcript, now: Timestamp, tz: &TimeZone) -> ChatRequest {
-    extraction_request(prompts::EXTRACT_EPISODES, transcript, now, tz)
+    extraction_request(prompts::EXTRACT_EPISODES, transcript, now, tz, "")
 }
 
-/// The request that asks for facts and preferences (JSON mode).
-pub fn profile_request(transcript: &Transcript, now: Timestamp, tz: &TimeZone) -> ChatRequest {
-    extraction_request(prompts::EXTRACT_PROFILE, transcript, now, tz)
+/// The request that asks for facts and preferences (JSON mode). `known` lists the current
+/// profile entries (`key: value` texts), so the model reuses their keys and can say which ones
+/// the conversation ends.
+pub fn profile_request(
+    transcript: &Transcript,
+    known: &[String],
+    now: Timestamp,
+    tz: &TimeZone,
+) -> ChatRequest {
+    let known = if known.is_empty() {
+        "(nothing yet)".to_string()
+    } else {
+        known
+            .iter()
+            .map(|k| format!("- {k}"))
+            .collect::<Vec<_>>()
+            .join("\n")
+    };
+    extraction_request(prompts::EXTRACT_PROFILE, transcript, now, tz, &known)
 }
 
 /// Finds the list under `field` in the model's output: `{"field": [...]}` anywhere in the text,
@@ -377,8 +387,19 @@ pub fn parse_episodes(raw: &str) -> Result<Vec<ExtractedEpisode>, UnusableOutput
 /// key → value. Entries without a usable key or value are skipped; a later entry with the same
 /// key replaces an earlier one.
 pub(crate) fn profile_entries(map: &Map<String, Value>, field: &str) -> Vec<ProfileEntry> {
+    entries_of(map, field, false)
+}
+
+/// As [`profile_entries`]; with `value_optional`, an entry with a key and no value is kept with
+/// an empty value.
+fn entries_of(map: &Map<String, Value>, field: &str, value_optional: bool) -> Vec<ProfileEntry> {
     let mut entries: Vec<ProfileEntry> = Vec::new();
     let mut push = |key: Option<String>, value: Option<String>| {
+        let value = if value_optional {
+            Some(value.unwrap_or_default())
+        } else {
+            value
+        };
         if let (Some(key), Some(value)) = (key.as_deref().and_then(normalize_key), value) {
             entries.retain(|e| e.key != key);
             entries.push(ProfileEntry { key, value });
@@ -406,10 +427,10 @@ pub(crate) fn profile_entries(map: &Map<String, Value>, field: &str) -> Vec<Prof
 
 /// Reads the facts-and-preferences answer.
 pub fn parse_profile(raw: &str) -> Result<ProfileUpdate, UnusableOutput> {
-    let Some(map) = find_list(raw, "profile", &["facts", "preferences"])? else {
+    let Some(map) = find_list(raw, "profile", &["facts", "preferences", "ended"])? else {
         return Ok(ProfileUpdate::default());
     };
-    for field in ["facts", "preferences"] {
+    for field in ["facts", "preferences", "ended"] {
         if let Some(value) = map.get(field)
             && !matches!(value, Value::Array(_) | Value::Object(_) | Value::Null)
         {
@@ -423,6 +444,7 @@ pub fn parse_profile(raw: &str) -> Result<ProfileUpdate, UnusableOutput> {
     Ok(ProfileUpdate {
         facts: profile_entries(&map, "facts"),
         preferences: profile_entries(&map, "preferences"),
+        ended: entries_of(&map, "ended", true),
     })
 }
 
@@ -539,10 +561,17 @@ mod tests {
     }
 
     #[test]
-    fn transcripts_skip_short_conversations_and_keep_only_spoken_messages() {
-        assert_eq!(transcript(&conversation(1)), None);
+    fn one_user_message_is_a_transcript_and_only_spoken_messages_are_kept() {
+        let one = transcript(&[Message::user("Please remember: I'm allergic to peanuts")]).unwrap();
+        assert_eq!(one.text, "user: Please remember: I'm allergic to peanuts\n");
+        assert_eq!(one.user_messages, 1);
+        assert_eq!(
+            transcript(&[Message::assistant("hello"), Message::user("  ")]),
+            None
+        );
+        assert_eq!(transcript(&[]), None);
         let t = transcript(&conversation(2)).unwrap();
-        assert_eq!(t.exchanges, 2);
+        assert_eq!(t.user_messages, 2);
         assert_eq!(
             t.text,
             "user: question 0\nassistant: answer 0\nuser: question 1\nassistant: answer 1\n"
@@ -566,6 +595,10 @@ mod tests {
     fn requests_ask_for_json_and_carry_the_conversation_date() {
         let t = transcript(&conversation(2)).unwrap();
         let request = episodes_request(&t, now(), &TimeZone::UTC);
+        let profile = profile_request(&t, &["diet: vegetarian".into()], now(), &TimeZone::UTC);
+        assert!(profile.messages[0].text().contains("- diet: vegetarian"));
+        let empty = profile_request(&t, &[], now(), &TimeZone::UTC);
+        assert!(empty.messages[0].text().contains("(nothing yet)"));
         assert_eq!(
             request.response_format,
             engram_core::llm::ResponseFormat::JsonObject
@@ -651,6 +684,13 @@ mod tests {
         assert_eq!(profile.preferences.len(), 2);
         assert_eq!(profile.preferences[0].text(), "answer_style: short answers");
         assert_eq!(profile.preferences[1].text(), "tabs: true");
+        let ended = parse_profile(
+            r#"{"facts": [], "ended": [{"key": "Diet", "value": "vegetarian"}, {"key": "car"}]}"#,
+        )
+        .unwrap();
+        assert_eq!(ended.ended.len(), 2);
+        assert_eq!(ended.ended[1].value, "");
+        assert!(parse_profile(r#"{"ended": "all"}"#).is_err());
         assert!(
             parse_profile("{\"facts\": [], \"preferences\": []}")
                 .unwrap()

@@ -10,10 +10,13 @@
 //! - [`working`]: working memory in three layers (turn, window, summary) on a token budget.
 //! - [`manager`]: the memory manager — the context block for each turn, extraction and merging
 //!   after replies, the markdown mirror, maintenance; built from [`extract`], [`merge`],
-//!   [`context`], [`mirror`], [`maintenance`] and the versioned [`prompts`].
+//!   [`context`], [`mirror`], [`maintenance`] and the versioned [`prompts`]; [`grounding`]
+//!   keeps out what the user never said.
 
+pub mod claims;
 pub mod context;
 pub mod extract;
+pub mod grounding;
 pub mod indexing;
 pub mod maintenance;
 pub mod manager;

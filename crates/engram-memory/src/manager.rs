@@ -15,8 +15,8 @@ use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
 use engram_core::{
-    AddOutcome, ChatModel, Filter, Importance, Kind, LlmError, Memory, MemoryStore, Message,
-    MetaCondition, NewMemory, Scope, StoreError,
+    AddOutcome, MemoryStore, ChatModel, Filter, Importance, Kind, LlmError, Memory,
+    Message, MetaCondition, NewMemory, Scope, StoreError,
 };
 use engram_workspace::Workspace;
 use jiff::Timestamp;
@@ -24,13 +24,15 @@ use jiff::tz::TimeZone;
 use serde::Serialize;
 use serde_json::{Value, json};
 
+use crate::claims::{ClaimLedger, ClaimOutcome, LedgerError};
 use crate::context::{ContextItem, ContextTimings, Section, assemble};
 use crate::extract::{
     self, ExtractedEpisode, ProfileUpdate, UnusableOutput, resolve_relative_dates,
 };
+use crate::grounding::{Grounding, Rejection};
 use crate::indexing::add_with_vector;
 use crate::maintenance::{self, CleanupReport, CleanupRule, CompactReport};
-use crate::merge::{self, MergeOrigin};
+use crate::merge::{self, GroundedEntry, MergeOrigin};
 use crate::mirror::{LONG_TERM_FILE, MarkdownMirror, MirrorError};
 use crate::search::{SearchError, SearchRequest, Searcher};
 
@@ -45,6 +47,10 @@ const REJECTED_LOG: &str = "logs/memory-rejected.jsonl";
 pub const SOURCE_FILE_KEY: &str = "source_file";
 /// Most profile entries considered for one block.
 const PROFILE_LIMIT: usize = 200;
+/// Most known profile entries shown to the extractor.
+const KNOWN_SHOWN: usize = 40;
+/// Share of an episode's content words that must occur in the conversation.
+const EPISODE_MIN_SHARE: f64 = 0.6;
 
 /// Settings, from `[memory]` in config.toml. Every field has a default.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, serde::Deserialize)]
@@ -90,6 +96,9 @@ pub enum MemoryError {
     /// A markdown file could not be read or written.
     #[error(transparent)]
     Mirror(#[from] MirrorError),
+    /// The extraction ledger could not be used.
+    #[error(transparent)]
+    Ledger(#[from] LedgerError),
     /// The model call failed.
     #[error("the memory model call failed: {0}")]
     Model(#[from] LlmError),
@@ -114,15 +123,38 @@ pub struct ExtractionReport {
     pub facts_superseded: usize,
     /// Known facts and preferences closed by the model's DELETE.
     pub facts_deleted: usize,
+    /// New values kept as candidates (not in the profile): they contradict a known value
+    /// without the support to replace it.
+    pub candidates: usize,
     /// Entries that were already known.
     pub unchanged: usize,
     /// Profile entries the model merge decided (the rest by the key rule).
     pub decided_by_model: usize,
     /// Model answers that could not be used (their raw text is in `rejected_log`).
     pub unusable: Vec<String>,
+    /// Extracted entries the conversation does not support, with the reason (also in
+    /// `rejected_log`).
+    pub rejected: Vec<RejectedEntry>,
     /// Where the raw text of unusable answers was kept.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub rejected_log: Option<PathBuf>,
+    /// Which messages were extracted (`[from, to)`), when a claim decided it.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub messages: Option<[usize; 2]>,
+}
+
+/// An extracted entry that was not stored, and why.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct RejectedEntry {
+    /// `fact`, `preference`, `episode` or `ended`.
+    pub what: String,
+    /// The entry as the model wrote it.
+    pub text: String,
+    /// A stable code: `assistant_only`, `prompt_example`, `not_stated`, `denied`, `not_said`,
+    /// `empty`.
+    pub code: String,
+    /// One line saying why.
+    pub reason: String,
 }
 
 /// What is known about the user, for `/memory`.
@@ -509,11 +541,107 @@ impl MemoryManager {
         }
     }
 
+    /// Extracts the messages of a session log that no process has extracted yet: claims them on
+    /// the workspace's ledger ([`crate::claims`]) from `already` (what the log records as
+    /// extracted) to the end, extracts what the claim grants, and marks it done (or gives it
+    /// back when extraction fails). Another process extracting the same messages at the same
+    /// time gets `skipped`, and so does a re-run over messages already extracted.
+    pub async fn extract_session(
+        &self,
+        messages: &[Message],
+        session_key: &str,
+        already: usize,
+        now: Timestamp,
+    ) -> Result<ExtractionReport, MemoryError> {
+        self.extract_claimed(messages, session_key, session_key, already, now)
+            .await
+    }
+
+    /// Extracts one batch of messages (what `POST /v1/memories` with `infer: true` receives),
+    /// once: the claim is on the session and a digest of the messages, so the same messages sent
+    /// again, or by two clients at once, are extracted by one of them only.
+    pub async fn extract_batch(
+        &self,
+        messages: &[Message],
+        session_key: &str,
+        now: Timestamp,
+    ) -> Result<ExtractionReport, MemoryError> {
+        let mut hasher = blake3::Hasher::new();
+        for (is_user, text) in crate::grounding::spoken(messages) {
+            hasher.update(if is_user { b"u" } else { b"a" });
+            hasher.update(&(text.len() as u64).to_le_bytes());
+            hasher.update(text.as_bytes());
+        }
+        let stream = format!("{session_key}#{}", &hasher.finalize().to_hex()[..32]);
+        self.extract_claimed(messages, &stream, session_key, 0, now)
+            .await
+    }
+
+    async fn extract_claimed(
+        &self,
+        messages: &[Message],
+        stream: &str,
+        session_key: &str,
+        already: usize,
+        now: Timestamp,
+    ) -> Result<ExtractionReport, MemoryError> {
+        if self.model.is_none() {
+            return self.extract_and_merge(messages, session_key, now).await;
+        }
+        let ledger_path = self
+            .workspace
+            .resolve(&format!("logs/{}", crate::claims::LEDGER_FILE))
+            .map_err(|e| LedgerError {
+                action: "open",
+                path: self
+                    .workspace
+                    .root()
+                    .join("logs")
+                    .join(crate::claims::LEDGER_FILE),
+                source: std::io::Error::new(std::io::ErrorKind::PermissionDenied, e.to_string()),
+            })?;
+        let ledger = ClaimLedger::at(ledger_path);
+        let ticket = match ledger.claim(&self.user, stream, already, messages.len(), now)? {
+            ClaimOutcome::Granted(ticket) => ticket,
+            ClaimOutcome::AlreadyDone => {
+                return Ok(ExtractionReport {
+                    skipped: Some("these messages were already extracted".into()),
+                    ..ExtractionReport::default()
+                });
+            }
+            ClaimOutcome::InProgress => {
+                return Ok(ExtractionReport {
+                    skipped: Some("another process is extracting these messages right now".into()),
+                    ..ExtractionReport::default()
+                });
+            }
+        };
+        let range = ticket.from.min(messages.len())..ticket.to.min(messages.len());
+        match self
+            .extract_and_merge(&messages[range.clone()], session_key, now)
+            .await
+        {
+            Ok(mut report) => {
+                ledger.finish(&ticket, now)?;
+                report.messages = Some([range.start, range.end]);
+                Ok(report)
+            }
+            Err(e) => {
+                if let Err(release) = ledger.release(&ticket, now) {
+                    tracing::warn!(error = %release, "an extraction claim could not be given back; it lapses after its lease");
+                }
+                Err(e)
+            }
+        }
+    }
+
     /// Extraction + merge for a stretch of conversation (user and assistant messages; tool
-    /// messages are ignored). Skipped under two exchanges and without a model. Model answers that
-    /// cannot be used are logged (a `tracing` warning, and the raw text appended to
-    /// [`MemoryManager::rejected_log_path`]) and add nothing. Relative dates are resolved
-    /// against `now`. New episodes are also appended to today's daily note.
+    /// messages are ignored). One user message is enough; skipped only when no user message has
+    /// text, or without a model. Every fact and preference must be grounded in the user's own
+    /// words and every episode in the conversation ([`crate::grounding`]); what is not is
+    /// rejected, and model answers that cannot be used add nothing: both are logged (a `tracing`
+    /// warning, and a line in [`MemoryManager::rejected_log_path`] with the reason). Relative
+    /// dates are resolved against `now`. New episodes are also appended to today's daily note.
     pub async fn extract_and_merge(
         &self,
         conversation: &[Message],
@@ -526,12 +654,17 @@ impl MemoryManager {
             return Ok(report);
         };
         let Some(transcript) = extract::transcript(conversation) else {
-            report.skipped = Some(format!(
-                "fewer than {} exchanges of conversation",
-                extract::MIN_EXCHANGES
-            ));
+            report.skipped = Some("no user message to learn from".into());
             return Ok(report);
         };
+        let grounding = Grounding::new(
+            conversation,
+            &format!(
+                "{}\n{}",
+                crate::prompts::EXTRACT_EPISODES.text(),
+                crate::prompts::EXTRACT_PROFILE.text()
+            ),
+        );
 
         let answer = model
             .chat(&extract::episodes_request(
@@ -547,8 +680,15 @@ impl MemoryManager {
                 Vec::new()
             }
         };
+        let known = merge::current_profile(self.store.as_ref(), &self.user, KNOWN_SHOWN).await?;
+        let known_texts: Vec<String> = known.iter().map(|m| m.text.clone()).collect();
         let answer = model
-            .chat(&extract::profile_request(&transcript, now, &self.time_zone))
+            .chat(&extract::profile_request(
+                &transcript,
+                &known_texts,
+                now,
+                &self.time_zone,
+            ))
             .await?;
         let profile = match extract::parse_profile(&answer.message.content) {
             Ok(profile) => profile,
@@ -559,14 +699,54 @@ impl MemoryManager {
         };
 
         for episode in episodes {
-            self.store_episode(episode, session_key, now, &mut report)
-                .await?;
+            match grounding.episode(&episode.summary, EPISODE_MIN_SHARE) {
+                Ok(()) => {
+                    self.store_episode(episode, session_key, now, &mut report)
+                        .await?
+                }
+                Err(rejection) => self.refuse(
+                    "episode",
+                    &episode.summary,
+                    &rejection,
+                    session_key,
+                    now,
+                    &mut report,
+                ),
+            }
         }
 
-        let profile = ProfileUpdate {
-            facts: self.absolute(profile.facts, now),
-            preferences: self.absolute(profile.preferences, now),
-        };
+        let mut grounded = Vec::new();
+        let entries = profile.facts.into_iter().map(|e| (Kind::Fact, e)).chain(
+            profile
+                .preferences
+                .into_iter()
+                .map(|e| (Kind::Preference, e)),
+        );
+        for (kind, entry) in entries {
+            match grounding.profile_entry(&entry) {
+                Ok(support) => grounded.push(GroundedEntry {
+                    kind,
+                    entry: extract::ProfileEntry {
+                        value: resolve_relative_dates(&entry.value, now, &self.time_zone),
+                        key: entry.key,
+                    },
+                    support,
+                }),
+                // A known entry the model repeated without the user saying it again.
+                Err(_) if known.iter().any(|m| same_entry(&m.text, &entry.text())) => {
+                    report.unchanged += 1
+                }
+                Err(rejection) => self.refuse(
+                    kind.as_str(),
+                    &entry.text(),
+                    &rejection,
+                    session_key,
+                    now,
+                    &mut report,
+                ),
+            }
+        }
+
         let origin = MergeOrigin {
             user: &self.user,
             session_key,
@@ -578,30 +758,60 @@ impl MemoryManager {
         } else {
             None
         };
-        let merged = merge::merge_profile(self.store.as_ref(), merger, &profile, &origin).await?;
+        let merged =
+            merge::merge_profile(self.store.as_ref(), merger, &grounding, &grounded, &origin)
+                .await?;
         if let Some(unusable) = &merged.unusable {
             self.reject(unusable, session_key, now, &mut report);
         }
+        let (ended, refused) = merge::close_ended(
+            self.store.as_ref(),
+            &grounding,
+            &profile.ended,
+            &grounded,
+            &origin,
+        )
+        .await?;
+        for (entry, reason) in refused {
+            let text = if entry.value.is_empty() {
+                entry.key.clone()
+            } else {
+                entry.text()
+            };
+            self.refuse_with(
+                "ended",
+                &text,
+                "not_said",
+                &reason,
+                session_key,
+                now,
+                &mut report,
+            );
+        }
         report.facts_added = merged.added;
         report.facts_superseded = merged.superseded;
-        report.facts_deleted = merged.deleted;
+        report.facts_deleted = merged.deleted + ended;
+        report.candidates = merged.candidates;
         report.unchanged += merged.unchanged;
         report.decided_by_model = merged.by_model;
+        if report.facts_added + report.facts_superseded + report.facts_deleted > 0 {
+            self.mirror_profile().await?;
+        }
         Ok(report)
     }
 
-    fn absolute(
-        &self,
-        entries: Vec<extract::ProfileEntry>,
-        now: Timestamp,
-    ) -> Vec<extract::ProfileEntry> {
-        entries
-            .into_iter()
-            .map(|mut e| {
-                e.value = resolve_relative_dates(&e.value, now, &self.time_zone);
-                e
-            })
-            .collect()
+    /// Writes the current profile into MEMORY.md's managed section (facts, then preferences),
+    /// so the file a person opens shows what the agent believes. The rest of the file is theirs.
+    pub async fn mirror_profile(&self) -> Result<bool, MemoryError> {
+        let mut profile =
+            merge::current_profile(self.store.as_ref(), &self.user, PROFILE_LIMIT).await?;
+        profile.sort_by(|a, b| {
+            (a.kind != Kind::Fact)
+                .cmp(&(b.kind != Kind::Fact))
+                .then_with(|| a.text.cmp(&b.text))
+        });
+        let lines: Vec<String> = profile.into_iter().map(|m| m.text).collect();
+        Ok(self.mirror.write_managed(&lines)?)
     }
 
     async fn store_episode(
@@ -648,27 +858,88 @@ impl MemoryManager {
             "reason": unusable.reason,
             "raw": unusable.raw,
         });
-        let kept = self
-            .rejected_log("write")
-            .map_err(|e| std::io::Error::new(std::io::ErrorKind::PermissionDenied, e.to_string()))
-            .and_then(|path| {
-                path.parent()
-                    .map(std::fs::create_dir_all)
-                    .transpose()
-                    .and_then(|_| OpenOptions::new().create(true).append(true).open(&path))
-                    .and_then(|mut file| writeln!(file, "{line}"))
-                    .map(|()| path)
-            });
-        match kept {
-            Ok(path) => {
-                tracing::warn!(call = unusable.what, reason = %unusable.reason, kept = %path.display(), "model answer for memory extraction not usable; nothing stored from it");
-                report.rejected_log = Some(path);
-            }
-            Err(e) => {
-                tracing::warn!(call = unusable.what, reason = %unusable.reason, raw = %unusable.raw, error = %e, "model answer for memory extraction not usable, and its text could not be kept in a file");
-            }
+        if self.append_rejected(&line) {
+            tracing::warn!(call = unusable.what, reason = %unusable.reason, kept = %self.rejected_log_path().display(), "model answer for memory extraction not usable; nothing stored from it");
+            report.rejected_log = Some(self.rejected_log_path());
         }
         report.unusable.push(unusable.to_string());
+    }
+
+    /// Logs an extracted entry that the conversation does not support, with the reason.
+    fn refuse(
+        &self,
+        what: &str,
+        text: &str,
+        rejection: &Rejection,
+        session_key: &str,
+        now: Timestamp,
+        report: &mut ExtractionReport,
+    ) {
+        self.refuse_with(
+            what,
+            text,
+            rejection.code(),
+            &rejection.reason(),
+            session_key,
+            now,
+            report,
+        );
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn refuse_with(
+        &self,
+        what: &str,
+        text: &str,
+        code: &str,
+        reason: &str,
+        session_key: &str,
+        now: Timestamp,
+        report: &mut ExtractionReport,
+    ) {
+        let line = json!({
+            "at": now.to_string(),
+            "user": self.user,
+            "session": session_key,
+            "call": what,
+            "rejected": text,
+            "code": code,
+            "reason": reason,
+        });
+        if self.append_rejected(&line) {
+            report.rejected_log = Some(self.rejected_log_path());
+        }
+        tracing::info!(entry = %text, reason = %reason, "extracted {what} not grounded in the conversation; not stored");
+        report.rejected.push(RejectedEntry {
+            what: what.to_string(),
+            text: text.to_string(),
+            code: code.to_string(),
+            reason: reason.to_string(),
+        });
+    }
+
+    /// Appends one line to the log of rejected output; false (with a warning) when it cannot.
+    fn append_rejected(&self, line: &Value) -> bool {
+        let path = match self.rejected_log("write") {
+            Ok(path) => path,
+            Err(e) => {
+                tracing::warn!(error = %e, line = %line, "the log of rejected memory extraction output is refused");
+                return false;
+            }
+        };
+        let kept = path
+            .parent()
+            .map(std::fs::create_dir_all)
+            .transpose()
+            .and_then(|_| OpenOptions::new().create(true).append(true).open(&path))
+            .and_then(|mut file| writeln!(file, "{line}"));
+        match kept {
+            Ok(()) => true,
+            Err(e) => {
+                tracing::warn!(error = %e, line = %line, "the log of rejected memory extraction output could not be written");
+                false
+            }
+        }
     }
 
     async fn count(&self, kinds: &[Kind]) -> Result<u64, StoreError> {
@@ -787,14 +1058,27 @@ impl MemoryManager {
         let Some(model) = &self.model else {
             return Err(MemoryError::NoModel("compacting the profile"));
         };
-        maintenance::compact_profile(self.store.as_ref(), model.as_ref(), &self.user, now, ACTOR)
-            .await
+        let report = maintenance::compact_profile(
+            self.store.as_ref(),
+            model.as_ref(),
+            &self.user,
+            now,
+            ACTOR,
+        )
+        .await?;
+        self.mirror_profile().await?;
+        Ok(report)
     }
 
     /// The workspace the markdown files live under.
     pub fn workspace(&self) -> &Workspace {
         &self.workspace
     }
+}
+
+/// True when two profile texts say the same (case and spacing aside).
+fn same_entry(a: &str, b: &str) -> bool {
+    engram_core::normalize_text(a).to_lowercase() == engram_core::normalize_text(b).to_lowercase()
 }
 
 /// Most words of a user message searched for relevant memories.
@@ -836,11 +1120,13 @@ pub fn relevance_query(message: &str, now: Timestamp, time_zone: &TimeZone) -> S
     query.join(" ")
 }
 
-/// The lines of MEMORY.md that carry content: not headings, not blank, not HTML comments, list
-/// markers removed, each once.
+/// The lines of MEMORY.md that carry content: not headings, not blank, not HTML comments, not
+/// the managed section (the profile's mirror), list markers removed, each once.
 pub fn long_term_chunks(text: &str) -> Vec<String> {
     let mut seen = HashSet::new();
-    text.lines()
+    // The managed section mirrors the profile, which the block carries already.
+    crate::mirror::without_managed(text)
+        .lines()
         .map(str::trim)
         .filter(|l| !l.is_empty() && !l.starts_with('#') && !l.starts_with("<!--") && *l != "---")
         .map(|l| {

@@ -11,16 +11,36 @@
 //!   ("Python" and "Go") apart from a replacement ("Python 3.9" → "Python 3.12"). DELETE
 //!   invalidates; nothing is ever destroyed. An entry the model gave no usable decision for, or a
 //!   whole answer that cannot be read, falls back to the key rule.
+//!
+//! Every entry reaching the merge was grounded in the user's words ([`crate::grounding`]), and
+//! a change happens only with support:
+//!
+//! - a new value closes the same key's old value only when the conversation supports the change:
+//!   the new value is stated in one clause of the user's, and the old value is not stated again
+//!   (a conversation stating both is an addition); otherwise the new value is kept as a
+//!   *candidate* (`metadata.status = "candidate"`, category `candidate`): stored and searchable,
+//!   but not in the profile, and the old value stays;
+//! - the model's UPDATE may only replace an entry about the same subject (a key sharing a word)
+//!   and its DELETE only follows an entry that itself says "no longer"; other decisions fall back
+//!   to the key rule;
+//! - what the user revokes ("I'm not vegetarian any more") closes the matching entries even with
+//!   no new value ([`close_ended`]).
+//!
+//! Nothing is ever destroyed. A new entry carries `metadata.evidence` (the user's sentence that
+//! supports it) and `metadata.supersedes` (the ids it closed); a closed one gets
+//! `metadata.closed_because` (that sentence) and `metadata.superseded_by` before it is closed,
+//! so its history says why.
 
 use std::collections::HashSet;
 
 use engram_core::{
-    AddOutcome, ChatModel, ChatRequest, Filter, Importance, Kind, Memory, MemoryId, MemoryStore,
-    Message, MetaCondition, NewMemory, Scope, StoreError,
+    AddOutcome, MemoryStore, ChatModel, ChatRequest, Filter, Importance, Kind, Memory,
+    MemoryId, Message, MetaCondition, NewMemory, Scope, StoreError,
 };
 use serde_json::Value;
 
-use crate::extract::{ProfileEntry, ProfileUpdate, UnusableOutput, find_list};
+use crate::extract::{ProfileEntry, UnusableOutput, find_list};
+use crate::grounding::{Grounding, Support, content_terms};
 use crate::manager::MemoryError;
 use crate::prompts;
 
@@ -59,8 +79,30 @@ pub struct MergeReport {
     pub unchanged: usize,
     /// Entries decided by the model (the rest by the key rule).
     pub by_model: usize,
+    /// New values kept as candidates: they contradict a known value without the support to
+    /// replace it.
+    pub candidates: usize,
     /// The model's answer, when it could not be used (the key rule decided instead).
     pub unusable: Option<UnusableOutput>,
+}
+
+/// A new profile entry and the user's words that support it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct GroundedEntry {
+    /// Fact or preference.
+    pub kind: Kind,
+    /// The entry.
+    pub entry: ProfileEntry,
+    /// Where the user said it.
+    pub support: Support,
+}
+
+/// `metadata.status` of a candidate entry.
+pub const CANDIDATE: &str = "candidate";
+
+/// True for an entry kept as a candidate (not part of the profile).
+pub fn is_candidate(memory: &Memory) -> bool {
+    memory.metadata.get("status").and_then(Value::as_str) == Some(CANDIDATE)
 }
 
 /// Where new entries come from, for their metadata and history.
@@ -89,13 +131,41 @@ pub async fn current_with_key(
     profile_lists(store, user, vec![condition], 100).await
 }
 
-/// Every current fact and preference of `user`, newest first, at most `limit`.
+/// Every current fact and preference of `user`, newest first, at most `limit`; candidates are
+/// not part of the profile.
 pub async fn current_profile(
     store: &dyn MemoryStore,
     user: &str,
     limit: usize,
 ) -> Result<Vec<Memory>, StoreError> {
     profile_lists(store, user, Vec::new(), limit).await
+}
+
+/// The current candidates of `user` with `key`.
+async fn candidates_with_key(
+    store: &dyn MemoryStore,
+    user: &str,
+    key: &str,
+) -> Result<Vec<Memory>, StoreError> {
+    let mut all = Vec::new();
+    for kind in PROFILE_KINDS {
+        let filter = Filter {
+            kinds: vec![kind],
+            metadata: vec![
+                MetaCondition {
+                    key: "key".into(),
+                    value: key.into(),
+                },
+                MetaCondition {
+                    key: "status".into(),
+                    value: CANDIDATE.into(),
+                },
+            ],
+            ..Filter::user(user)
+        };
+        all.extend(store.list(&filter, 100, 0).await?);
+    }
+    Ok(all)
 }
 
 /// One listing per kind (each follows the store's per-kind index; a listing of both kinds at
@@ -113,7 +183,12 @@ async fn profile_lists(
             metadata: metadata.clone(),
             ..Filter::user(user)
         };
-        all.extend(store.list(&filter, limit, 0).await?);
+        all.extend(
+            store
+                .list(&filter, limit, 0).await?
+                .into_iter()
+                .filter(|m| !is_candidate(m)),
+        );
     }
     all.sort_by(|a, b| b.created_at.cmp(&a.created_at).then(b.id.cmp(&a.id)));
     all.truncate(limit);
@@ -126,7 +201,16 @@ fn same_text(a: &str, b: &str) -> bool {
 
 /// The memory to store for an entry.
 pub fn new_profile_memory(kind: Kind, entry: &ProfileEntry, origin: &MergeOrigin<'_>) -> NewMemory {
-    NewMemory::new(Scope::user(origin.user), entry.text())
+    profile_memory(kind, entry, origin, None)
+}
+
+fn profile_memory(
+    kind: Kind,
+    entry: &ProfileEntry,
+    origin: &MergeOrigin<'_>,
+    support: Option<&Support>,
+) -> NewMemory {
+    let memory = NewMemory::new(Scope::user(origin.user), entry.text())
         .with_kind(kind)
         .with_category(if kind == Kind::Preference {
             "user_preference"
@@ -137,58 +221,246 @@ pub fn new_profile_memory(kind: Kind, entry: &ProfileEntry, origin: &MergeOrigin
         .with_meta("key", Value::String(entry.key.clone()))
         .with_meta("session", Value::String(origin.session_key.to_string()))
         .with_source("extraction")
-        .at(origin.at)
+        .at(origin.at);
+    match support {
+        Some(support) => memory.with_meta("evidence", Value::String(support.quote.clone())),
+        None => memory,
+    }
 }
 
-/// Adds the entry; `true` when it was new.
+/// Adds the entry (with the ids it supersedes); the new memory's id when it was new.
 async fn add(
     store: &dyn MemoryStore,
-    kind: Kind,
-    entry: &ProfileEntry,
+    grounded: &GroundedEntry,
     origin: &MergeOrigin<'_>,
+    supersedes: &[MemoryId],
+) -> Result<Option<MemoryId>, StoreError> {
+    let mut memory = profile_memory(
+        grounded.kind,
+        &grounded.entry,
+        origin,
+        Some(&grounded.support),
+    );
+    if !supersedes.is_empty() {
+        memory = memory.with_meta(
+            "supersedes",
+            Value::Array(
+                supersedes
+                    .iter()
+                    .map(|id| Value::String(id.to_string()))
+                    .collect(),
+            ),
+        );
+    }
+    Ok(match store.add(memory, origin.actor).await? {
+        AddOutcome::Added(m) => Some(m.id),
+        AddOutcome::Duplicate(_) => None,
+    })
+}
+
+/// Adds the entry as a candidate: stored, not in the profile, the known value left alone.
+async fn add_candidate(
+    store: &dyn MemoryStore,
+    grounded: &GroundedEntry,
+    origin: &MergeOrigin<'_>,
+    contradicts: &[&Memory],
 ) -> Result<bool, StoreError> {
+    let memory = profile_memory(
+        grounded.kind,
+        &grounded.entry,
+        origin,
+        Some(&grounded.support),
+    )
+    .with_category(CANDIDATE)
+    .with_meta("status", Value::String(CANDIDATE.into()))
+    .with_meta(
+        "contradicts",
+        Value::Array(
+            contradicts
+                .iter()
+                .map(|m| Value::String(m.id.to_string()))
+                .collect(),
+        ),
+    );
     Ok(matches!(
-        store
-            .add(new_profile_memory(kind, entry, origin), origin.actor)
-            .await?,
+        store.add(memory, origin.actor).await?,
         AddOutcome::Added(_)
     ))
 }
 
-/// Closes a memory, treating "already closed" (another process got there first) as done.
-async fn close(store: &dyn MemoryStore, id: MemoryId, actor: &str) -> Result<bool, StoreError> {
-    match store.invalidate(id, actor).await {
+/// Closes a memory, first noting why (`closed_because`, and `superseded_by` when a new entry
+/// replaces it) in its metadata; "already closed" (another process got there first) is done.
+async fn close(
+    store: &dyn MemoryStore,
+    old: &Memory,
+    because: &str,
+    replaced_by: Option<MemoryId>,
+    actor: &str,
+) -> Result<bool, StoreError> {
+    let mut metadata = old.metadata.clone();
+    metadata.insert("closed_because".into(), Value::String(because.to_string()));
+    if let Some(id) = replaced_by {
+        metadata.insert("superseded_by".into(), Value::String(id.to_string()));
+    }
+    let patch = engram_core::MemoryPatch {
+        metadata: Some(metadata),
+        ..Default::default()
+    };
+    match store.update(old.id, patch, actor).await {
+        Ok(_) => {}
+        Err(StoreError::AlreadyClosed(_) | StoreError::NotFound(_)) => return Ok(false),
+        Err(e) => return Err(e),
+    }
+    match store.invalidate(old.id, actor).await {
         Ok(_) => Ok(true),
         Err(StoreError::AlreadyClosed(_) | StoreError::NotFound(_)) => Ok(false),
         Err(e) => Err(e),
     }
 }
 
-/// The key rule for one entry.
-pub async fn apply_key_rule(
+/// Replaces `old` with the new entry: the new one is added first (so its id can be named),
+/// then each old one closed.
+async fn replace(
     store: &dyn MemoryStore,
-    kind: Kind,
-    entry: &ProfileEntry,
+    grounded: &GroundedEntry,
+    old: &[&Memory],
     origin: &MergeOrigin<'_>,
     report: &mut MergeReport,
 ) -> Result<(), StoreError> {
-    let current = current_with_key(store, origin.user, &entry.key).await?;
-    let text = entry.text();
+    let ids: Vec<MemoryId> = old.iter().map(|m| m.id).collect();
+    let added = add(store, grounded, origin, &ids).await?;
+    match added {
+        Some(_) => report.added += 1,
+        None => report.unchanged += 1,
+    }
+    for memory in old {
+        if close(store, memory, &grounded.support.quote, added, origin.actor).await? {
+            report.superseded += 1;
+        }
+    }
+    Ok(())
+}
+
+/// Whether the conversation supports replacing `old` by the new entry: the new value is stated
+/// in one clause, and the old value is not stated again (both stated is an addition, or talk of
+/// someone else).
+fn supports_change(grounding: &Grounding, grounded: &GroundedEntry, old: &Memory) -> bool {
+    let old_value = old
+        .text
+        .split_once(": ")
+        .map(|(_, v)| v)
+        .unwrap_or(&old.text);
+    grounded.support.in_one_clause && !grounding.restates(&content_terms(old_value))
+}
+
+/// The key rule for one entry, with support: same text changes nothing; a known value of the
+/// key is replaced when the conversation supports the change, kept next to the new one when the
+/// conversation states both, and otherwise the new value becomes a candidate.
+pub async fn apply_key_rule(
+    store: &dyn MemoryStore,
+    grounding: &Grounding,
+    grounded: &GroundedEntry,
+    origin: &MergeOrigin<'_>,
+    report: &mut MergeReport,
+) -> Result<(), StoreError> {
+    let current = current_with_key(store, origin.user, &grounded.entry.key).await?;
+    let text = grounded.entry.text();
     if current.iter().any(|m| same_text(&m.text, &text)) {
         report.unchanged += 1;
         return Ok(());
     }
-    for old in &current {
-        if close(store, old.id, origin.actor).await? {
-            report.superseded += 1;
+    if current.is_empty() {
+        match add(store, grounded, origin, &[]).await? {
+            Some(_) => report.added += 1,
+            None => report.unchanged += 1,
         }
+        return Ok(());
     }
-    if add(store, kind, entry, origin).await? {
-        report.added += 1;
+    let (replaceable, kept): (Vec<&Memory>, Vec<&Memory>) = current
+        .iter()
+        .partition(|old| supports_change(grounding, grounded, old));
+    if !replaceable.is_empty() || kept.iter().all(|old| restated(grounding, old)) {
+        // Replace what the conversation supports replacing; what it states again stays.
+        return replace(store, grounded, &replaceable, origin, report).await;
+    }
+    if candidates_with_key(store, origin.user, &grounded.entry.key).await?
+        .iter()
+        .any(|m| same_text(&m.text, &text))
+    {
+        report.unchanged += 1;
+        return Ok(());
+    }
+    if add_candidate(store, grounded, origin, &kept).await? {
+        report.candidates += 1;
     } else {
         report.unchanged += 1;
     }
     Ok(())
+}
+
+/// True when the conversation states `old`'s value again.
+fn restated(grounding: &Grounding, old: &Memory) -> bool {
+    let value = old
+        .text
+        .split_once(": ")
+        .map(|(_, v)| v)
+        .unwrap_or(&old.text);
+    grounding.restates(&content_terms(value))
+}
+
+/// Closes the current entries a revocation names: an `ended` entry the user's words support
+/// (its words said in a clause that denies it or tells of a change, never in a question or
+/// supposition, and not merely stated again), or
+/// one whose key a new grounded entry of this conversation takes over. An entry is closed when
+/// the revoked words (the value's, or the key's when the value has none) are all among its key
+/// and value words. Returns how many were closed.
+pub async fn close_ended(
+    store: &dyn MemoryStore,
+    grounding: &Grounding,
+    ended: &[ProfileEntry],
+    replacing: &[GroundedEntry],
+    origin: &MergeOrigin<'_>,
+) -> Result<(usize, Vec<(ProfileEntry, String)>), StoreError> {
+    let mut closed = 0;
+    let mut refused = Vec::new();
+    for end in ended {
+        let mut terms = content_terms(&end.value);
+        if terms.is_empty() {
+            terms = content_terms(&end.key.replace('_', " "));
+        }
+        let because = match grounding.revokes(&terms) {
+            Ok(support) => support.quote,
+            Err(rejection) => match replacing.iter().find(|g| g.entry.key == end.key) {
+                Some(g) => g.support.quote.clone(),
+                None => {
+                    refused.push((end.clone(), rejection.reason()));
+                    continue;
+                }
+            },
+        };
+        if terms.is_empty() {
+            continue;
+        }
+        for memory in current_profile(store, origin.user, 1000).await? {
+            let words: HashSet<String> = content_terms(&memory.text).into_iter().collect();
+            let same_subject = memory.metadata.get("key").and_then(Value::as_str)
+                == Some(end.key.as_str())
+                || terms.iter().all(|t| words.contains(t));
+            let named = terms.iter().all(|t| words.contains(t));
+            // A replacement in this conversation is not what it ends.
+            let renewed = replacing
+                .iter()
+                .any(|g| same_text(&g.entry.text(), &memory.text));
+            if same_subject
+                && named
+                && !renewed
+                && close(store, &memory, &because, None, origin.actor).await?
+            {
+                closed += 1;
+            }
+        }
+    }
+    Ok((closed, refused))
 }
 
 /// The request asking the model to decide, with known entries numbered from 0 and new ones
@@ -309,7 +581,7 @@ pub fn parse_decisions(
 async fn neighbours(
     store: &dyn MemoryStore,
     user: &str,
-    new: &[(Kind, ProfileEntry)],
+    new: &[GroundedEntry],
 ) -> Result<Vec<Memory>, StoreError> {
     let mut seen = HashSet::new();
     let mut known = Vec::new();
@@ -317,14 +589,15 @@ async fn neighbours(
         kinds: PROFILE_KINDS.to_vec(),
         ..Filter::user(user)
     };
-    for (_, entry) in new {
-        for memory in current_with_key(store, user, &entry.key).await? {
+    for grounded in new {
+        for memory in current_with_key(store, user, &grounded.entry.key).await? {
             if seen.insert(memory.id) {
                 known.push(memory);
             }
         }
     }
-    for (_, entry) in new {
+    for grounded in new {
+        let entry = &grounded.entry;
         let query = format!("{} {}", entry.key.replace('_', " "), entry.value);
         let hits = match store.search_lexical(&filter, &query, NEIGHBOURS).await {
             Ok(hits) => hits,
@@ -333,7 +606,7 @@ async fn neighbours(
             Err(e) => return Err(e),
         };
         for hit in hits {
-            if seen.insert(hit.memory.id) {
+            if !is_candidate(&hit.memory) && seen.insert(hit.memory.id) {
                 known.push(hit.memory);
             }
         }
@@ -342,25 +615,46 @@ async fn neighbours(
     Ok(known)
 }
 
-/// Merges a profile update: by the model when one is given and something similar is known,
-/// by the key rule otherwise.
+/// True when two keys are about the same subject: equal, or sharing a word.
+fn same_subject(a: &str, b: &str) -> bool {
+    let words =
+        |k: &str| -> HashSet<String> { content_terms(&k.replace('_', " ")).into_iter().collect() };
+    a == b || !words(a).is_disjoint(&words(b))
+}
+
+/// A decision of the model's that the conversation supports; others go to the key rule.
+fn supported_decision(
+    event: MergeEvent,
+    grounded: &GroundedEntry,
+    known: &[Memory],
+) -> Option<MergeEvent> {
+    let key_of = |m: &Memory| {
+        m.metadata
+            .get("key")
+            .and_then(Value::as_str)
+            .unwrap_or("")
+            .to_string()
+    };
+    match event {
+        MergeEvent::Update(id) => {
+            same_subject(&key_of(&known[id]), &grounded.entry.key).then_some(event)
+        }
+        MergeEvent::Delete(id) => (same_subject(&key_of(&known[id]), &grounded.entry.key)
+            && crate::grounding::says_no_longer(&grounded.entry.value))
+        .then_some(event),
+        MergeEvent::Add | MergeEvent::None => Some(event),
+    }
+}
+
+/// Merges grounded entries: by the model when one is given and something similar is known (its
+/// decisions checked for support), by the key rule otherwise.
 pub async fn merge_profile(
     store: &dyn MemoryStore,
     model: Option<&dyn ChatModel>,
-    update: &ProfileUpdate,
+    grounding: &Grounding,
+    new: &[GroundedEntry],
     origin: &MergeOrigin<'_>,
 ) -> Result<MergeReport, MemoryError> {
-    let new: Vec<(Kind, ProfileEntry)> = update
-        .facts
-        .iter()
-        .map(|e| (Kind::Fact, e.clone()))
-        .chain(
-            update
-                .preferences
-                .iter()
-                .map(|e| (Kind::Preference, e.clone())),
-        )
-        .collect();
     let mut report = MergeReport::default();
     if new.is_empty() {
         return Ok(report);
@@ -368,45 +662,52 @@ pub async fn merge_profile(
     let mut decisions = vec![None; new.len()];
     let mut known = Vec::new();
     if let Some(model) = model {
-        known = neighbours(store, origin.user, &new).await?;
+        known = neighbours(store, origin.user, new).await?;
         // Nothing similar is known: every entry is an addition, no need to ask.
         if !known.is_empty() {
-            let response = model.chat(&merge_request(&known, &new)).await?;
+            let shown: Vec<(Kind, ProfileEntry)> =
+                new.iter().map(|g| (g.kind, g.entry.clone())).collect();
+            let response = model.chat(&merge_request(&known, &shown)).await?;
             match parse_decisions(&response.message.content, new.len(), known.len()) {
                 Ok(parsed) => decisions = parsed,
                 Err(unusable) => report.unusable = Some(unusable),
             }
         }
     }
-    for ((kind, entry), decision) in new.iter().zip(decisions) {
+    for (grounded, decision) in new.iter().zip(decisions) {
+        let decision = decision.and_then(|d| supported_decision(d, grounded, &known));
         match decision {
-            None => apply_key_rule(store, *kind, entry, origin, &mut report).await?,
+            None => apply_key_rule(store, grounding, grounded, origin, &mut report).await?,
             Some(event) => {
                 report.by_model += 1;
                 match event {
                     MergeEvent::None => report.unchanged += 1,
-                    MergeEvent::Add => {
-                        if add(store, *kind, entry, origin).await? {
-                            report.added += 1;
-                        } else {
-                            report.unchanged += 1;
-                        }
-                    }
+                    MergeEvent::Add => match add(store, grounded, origin, &[]).await? {
+                        Some(_) => report.added += 1,
+                        None => report.unchanged += 1,
+                    },
                     MergeEvent::Update(id) => {
                         let target = &known[id];
-                        if same_text(&target.text, &entry.text()) {
+                        if same_text(&target.text, &grounded.entry.text()) {
                             report.unchanged += 1;
                             continue;
                         }
-                        if close(store, target.id, origin.actor).await? {
-                            report.superseded += 1;
-                        }
-                        if add(store, *kind, entry, origin).await? {
-                            report.added += 1;
+                        if supports_change(grounding, grounded, target) {
+                            replace(store, grounded, &[target], origin, &mut report).await?;
+                        } else if add_candidate(store, grounded, origin, &[target]).await? {
+                            report.candidates += 1;
                         }
                     }
                     MergeEvent::Delete(id) => {
-                        if close(store, known[id].id, origin.actor).await? {
+                        if close(
+                            store,
+                            &known[id],
+                            &grounded.support.quote,
+                            None,
+                            origin.actor,
+                        )
+                        .await?
+                        {
                             report.deleted += 1;
                         }
                     }

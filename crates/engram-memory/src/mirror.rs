@@ -24,6 +24,81 @@ pub const LONG_TERM_FILE: &str = "MEMORY.md";
 /// The lock file daily-note appends take (in the memory folder).
 const DAILY_LOCK_FILE: &str = ".daily.lock";
 
+/// The lock file rewrites of MEMORY.md's managed section take (in the memory folder).
+const LONG_TERM_LOCK_FILE: &str = ".memory.lock";
+
+/// The line that opens MEMORY.md's managed section.
+pub const MANAGED_START: &str = "<!-- engram:profile:start (managed by engram: what the agent believes about you; rewritten after each extraction. Correct it by telling the agent, or with `engram invalidate` / `engram update`. Edit freely outside this section.) -->";
+/// The line that closes it.
+pub const MANAGED_END: &str = "<!-- engram:profile:end -->";
+/// The heading inside it.
+pub const MANAGED_HEADING: &str = "## What engram believes about you";
+
+/// `text` without its managed section (the lines a person owns).
+pub fn without_managed(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    let mut inside = false;
+    for line in text.lines() {
+        let trimmed = line.trim();
+        if trimmed.starts_with("<!-- engram:profile:start") {
+            inside = true;
+            continue;
+        }
+        if inside {
+            if trimmed == MANAGED_END {
+                inside = false;
+            }
+            continue;
+        }
+        out.push_str(line);
+        out.push('\n');
+    }
+    out
+}
+
+/// `text` with its managed section holding `lines` (as list items): replaced where it is,
+/// appended at the end when there is none. Everything outside it is kept byte for byte.
+pub fn with_managed(text: &str, lines: &[String]) -> String {
+    let mut section = String::new();
+    section.push_str(MANAGED_START);
+    section.push('\n');
+    section.push_str(MANAGED_HEADING);
+    section.push_str("\n\n");
+    if lines.is_empty() {
+        section.push_str("(nothing yet)\n");
+    }
+    for line in lines {
+        section.push_str("- ");
+        section.push_str(&line.replace('\n', " "));
+        section.push('\n');
+    }
+    section.push_str(MANAGED_END);
+    section.push('\n');
+    let start = text.find("<!-- engram:profile:start");
+    let end = start.and_then(|s| {
+        text[s..]
+            .find(MANAGED_END)
+            .map(|e| s + e + MANAGED_END.len())
+    });
+    match (start, end) {
+        (Some(start), Some(end)) => {
+            let rest = text[end..].strip_prefix('\n').unwrap_or(&text[end..]);
+            format!("{}{section}{rest}", &text[..start])
+        }
+        _ => {
+            let mut out = text.to_string();
+            if !out.is_empty() && !out.ends_with('\n') {
+                out.push('\n');
+            }
+            if !out.is_empty() {
+                out.push('\n');
+            }
+            out.push_str(&section);
+            out
+        }
+    }
+}
+
 /// Why a markdown file could not be read or written.
 #[derive(Debug, thiserror::Error)]
 #[error("cannot {action} {}: {source}", path.display())]
@@ -104,6 +179,39 @@ impl MarkdownMirror {
             path,
             source,
         })
+    }
+
+    /// Rewrites MEMORY.md's managed section to hold `lines`, under a lock so two processes do
+    /// not lose each other's write; the rest of the file is kept as the person left it. Writes
+    /// nothing when the section already says the same. Returns whether the file changed.
+    pub fn write_managed(&self, lines: &[String]) -> Result<bool, MirrorError> {
+        let dir = self.resolve("", "write")?;
+        let lock_path = self.resolve(LONG_TERM_LOCK_FILE, "lock")?;
+        let locked = fs::create_dir_all(&dir)
+            .and_then(|()| {
+                fs::OpenOptions::new()
+                    .create(true)
+                    .truncate(false)
+                    .write(true)
+                    .open(&lock_path)
+            })
+            .and_then(|file| file.lock().map(|()| file))
+            .map_err(|source| MirrorError {
+                action: "lock",
+                path: lock_path,
+                source,
+            })?;
+        let current = self.read_long_term()?;
+        let text = current.as_deref().unwrap_or("# Long-term memory\n");
+        let updated = with_managed(text, lines);
+        let changed = current.as_deref() != Some(updated.as_str());
+        let written = if changed {
+            self.write_long_term(&updated)
+        } else {
+            Ok(())
+        };
+        drop(locked);
+        written.map(|()| changed)
     }
 
     /// The daily note of `date`; `None` when there is none.
@@ -208,8 +316,9 @@ impl MarkdownMirror {
                 removed += 1;
             }
         }
-        // The lock file holds nothing; it goes with the notes.
+        // The lock files hold nothing; they go with the notes.
         let _ = fs::remove_file(dir.join(DAILY_LOCK_FILE));
+        let _ = fs::remove_file(dir.join(LONG_TERM_LOCK_FILE));
         Ok(removed)
     }
 }
@@ -398,6 +507,33 @@ mod tests {
         assert!(mirror.dir().join("other.txt").exists());
         let leftovers: Vec<_> = fs::read_dir(mirror.dir()).unwrap().collect();
         assert_eq!(leftovers.len(), 1, "no temporary files are left behind");
+    }
+
+    #[test]
+    fn the_managed_section_is_replaced_in_place_and_the_rest_kept() {
+        let person = "# Long-term memory\n\n- Deploys on Fridays\n";
+        let once = with_managed(person, &["role: nurse".into()]);
+        assert!(once.starts_with(person));
+        assert!(once.contains("## What engram believes about you\n\n- role: nurse\n"));
+        assert_eq!(without_managed(&once).trim_end(), person.trim_end());
+        // A person adds a line after the section; the next rewrite keeps it.
+        let edited = format!("{once}- Team lead is Sam\n");
+        let twice = with_managed(&edited, &["role: nurse".into(), "diet: pescatarian".into()]);
+        assert!(twice.contains("- role: nurse\n- diet: pescatarian\n"));
+        assert!(twice.ends_with("- Team lead is Sam\n"));
+        assert_eq!(twice.matches("engram:profile:start").count(), 1);
+        assert_eq!(
+            with_managed(&twice, &["x".into()])
+                .matches(MANAGED_END)
+                .count(),
+            1
+        );
+        let dir = tempfile::tempdir().unwrap();
+        let mirror = MarkdownMirror::new(dir.path());
+        assert!(mirror.write_managed(&["role: nurse".into()]).unwrap());
+        assert!(!mirror.write_managed(&["role: nurse".into()]).unwrap());
+        let text = mirror.read_long_term().unwrap().unwrap();
+        assert!(text.starts_with("# Long-term memory\n"));
     }
 
     #[test]

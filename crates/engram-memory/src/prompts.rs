@@ -161,6 +161,7 @@ mod tests {
             ("new", "(a) programming_language: Python 3.12"),
             ("count", "1"),
             ("profile", "- fact role: backend developer"),
+            ("known", "- role: backend developer"),
         ];
         for prompt in ALL {
             insta::assert_snapshot!(prompt.name, prompt.render(&values));

@@ -112,7 +112,16 @@ fn session_one() -> Vec<Message> {
         Message::assistant(
             "Sure: create app/routers/, one module per resource, and include them in main.py.",
         ),
+        Message::user(
+            "Great, the router layout works well, and I fixed the flaky login test. Please keep answers short.",
+        ),
+        Message::assistant("Will do."),
     ]
+}
+
+/// A conversation of one user message.
+fn said(text: &str) -> Vec<Message> {
+    vec![Message::user(text)]
 }
 
 fn profile_answer(facts: serde_json::Value, preferences: serde_json::Value) -> Turn {
@@ -270,12 +279,20 @@ async fn a_changed_preference_leaves_one_current_fact_and_the_old_one_in_history
         };
         let manager = world.manager(Some(model), config);
         manager
-            .extract_and_merge(&session_one(), "cli:direct", day_one())
+            .extract_and_merge(
+                &said("I like detailed answers with examples."),
+                "cli:direct",
+                day_one(),
+            )
             .await
             .unwrap();
         world.clock.advance(SignedDuration::from_hours(24));
         let report = manager
-            .extract_and_merge(&session_one(), "cli:direct", world.clock.now())
+            .extract_and_merge(
+                &said("From today on I want short answers."),
+                "cli:direct",
+                world.clock.now(),
+            )
             .await
             .unwrap();
         assert_eq!(
@@ -294,6 +311,17 @@ async fn a_changed_preference_leaves_one_current_fact_and_the_old_one_in_history
         assert!(old.valid_to.is_some());
         let history = world.store.history(old.id).await.unwrap();
         assert!(history.iter().any(|h| h.event == HistoryKind::Invalidate));
+        // Why it closed: the user's words, and what replaced it.
+        let old = world.store.get(old.id).await.unwrap();
+        assert_eq!(
+            old.metadata["closed_because"],
+            "From today on I want short answers."
+        );
+        assert_eq!(old.metadata["superseded_by"], current[0].id.to_string());
+        assert_eq!(
+            current[0].metadata["evidence"],
+            "From today on I want short answers."
+        );
         if model_merge {
             // The model saw the known entry under a small id, never its real id.
             let merge_prompt = server.requests().last().unwrap().body.to_string();
@@ -341,11 +369,19 @@ async fn the_model_merge_keeps_an_addition_apart_from_a_replacement_and_delete_o
     .await;
     let manager = world.manager(Some(model), ManagerConfig::default());
     manager
-        .extract_and_merge(&session_one(), "s1", day_one())
+        .extract_and_merge(
+            &said("I write Python 3.9 and I use Docker for containers."),
+            "s1",
+            day_one(),
+        )
         .await
         .unwrap();
     let report = manager
-        .extract_and_merge(&session_one(), "s2", day_one())
+        .extract_and_merge(
+            &said("I started writing Go too. I upgraded to Python 3.12. I no longer use Docker."),
+            "s2",
+            day_one(),
+        )
         .await
         .unwrap();
     assert_eq!(report.decided_by_model, 3, "{report:?}");
@@ -447,11 +483,11 @@ async fn malformed_extraction_output_is_repaired_or_kept_aside_never_a_crash() {
     .await;
     let manager = world.manager(Some(model), ManagerConfig::default());
     manager
-        .extract_and_merge(&session_one(), "s", day_one())
+        .extract_and_merge(&said("My editor is vim."), "s", day_one())
         .await
         .unwrap();
     let report = manager
-        .extract_and_merge(&session_one(), "s", day_one())
+        .extract_and_merge(&said("I switched from vim to helix."), "s", day_one())
         .await
         .unwrap();
     assert_eq!(
@@ -460,34 +496,258 @@ async fn malformed_extraction_output_is_repaired_or_kept_aside_never_a_crash() {
             report.facts_superseded,
             report.decided_by_model
         ),
-        (1, 1, 0)
+        (1, 1, 0),
+        "{report:?}"
     );
     assert_eq!(report.unusable.len(), 1);
     assert_eq!(world.current(&[Kind::Fact]).await[0].text, "editor: helix");
 }
 
 #[tokio::test]
-async fn short_conversations_and_missing_models_extract_nothing() {
+async fn one_message_is_enough_and_only_missing_words_or_models_skip() {
     let world = World::new();
-    let (server, model) = scripted(Provider::OpenAi, vec![]).await;
+    let (server, model) = scripted(
+        Provider::OpenAi,
+        vec![
+            json_turn(json!({"episodes": []})),
+            profile_answer(
+                json!([{"key": "daughter_name", "value": "Ines"},
+                       {"key": "daughter_allergy", "value": "allergic to peanuts"}]),
+                json!([]),
+            ),
+        ],
+    )
+    .await;
     let manager = world.manager(Some(model), ManagerConfig::default());
-    let short = vec![Message::user("hi"), Message::assistant("hello")];
     let report = manager
-        .extract_and_merge(&short, "s", day_one())
+        .extract_and_merge(
+            &said("Please remember: my daughter Ines is allergic to peanuts"),
+            "api",
+            day_one(),
+        )
         .await
         .unwrap();
-    assert!(report.skipped.unwrap().contains("exchanges"));
-    assert!(server.requests().is_empty());
+    assert_eq!(report.skipped, None);
+    assert_eq!(report.facts_added, 2, "{report:?}");
+    assert_eq!(server.requests().len(), 2);
+    // Only the assistant spoke, or nobody did: nothing the user said to learn from.
+    for conversation in [vec![Message::assistant("hello")], vec![]] {
+        let report = manager
+            .extract_and_merge(&conversation, "s", day_one())
+            .await
+            .unwrap();
+        assert!(report.skipped.unwrap().contains("no user message"));
+    }
+    assert_eq!(server.requests().len(), 2);
     let without = world.manager(None, ManagerConfig::default());
     let report = without
         .extract_and_merge(&session_one(), "s", day_one())
         .await
         .unwrap();
     assert!(report.skipped.unwrap().contains("model"));
+}
+
+#[tokio::test]
+async fn facts_only_the_assistant_or_the_prompt_said_never_enter_the_profile() {
+    let world = World::new();
+    let (_server, model) = scripted(
+        Provider::OpenAi,
+        vec![
+            json_turn(json!({"episodes": [
+                {"summary": "Planned the user's night shifts in Berlin", "category": "task_result", "importance": 3},
+                {"summary": "Deployed the Django app to Kubernetes", "category": "task_result", "importance": 4}]})),
+            profile_answer(
+                json!([{"key": "role", "value": "nurse"},
+                       {"key": "location", "value": "Berlin"},
+                       {"key": "web_framework", "value": "<user's words>"},
+                       {"key": "programming_language", "value": "Python 3.12"},
+                       {"key": "employer", "value": "Porto"},
+                       {"key": "next_location", "value": "Munich"},
+                       {"key": "occupation", "value": "AI assistant"}]),
+                json!([]),
+            ),
+        ],
+    )
+    .await;
+    let manager = world.manager(Some(model), ManagerConfig::default());
+    let conversation = vec![
+        Message::user(
+            "I'm a nurse in Berlin. Can you plan my night shifts for next week? If I moved to Porto, would it be easier?",
+        ),
+        Message::assistant(
+            "Sure, here is a plan for your night shifts. Many nurses also like Munich, and Porto has good hospitals. You are an AI assistant's favourite user!",
+        ),
+    ];
+    let report = manager
+        .extract_and_merge(&conversation, "s", day_one())
+        .await
+        .unwrap();
+    let mut current: Vec<String> = world
+        .current(&[Kind::Fact])
+        .await
+        .into_iter()
+        .map(|m| m.text)
+        .collect();
+    current.sort();
     assert_eq!(
-        without.context_block("anything", day_one()).await.unwrap(),
-        None
+        current,
+        vec!["location: Berlin", "role: nurse"],
+        "{report:?}"
     );
+    let codes: Vec<(&str, &str)> = report
+        .rejected
+        .iter()
+        .map(|r| (r.text.as_str(), r.code.as_str()))
+        .collect();
+    assert_eq!(
+        codes,
+        vec![
+            ("Deployed the Django app to Kubernetes", "not_said"),
+            ("web_framework: <user's words>", "prompt_example"),
+            ("programming_language: Python 3.12", "not_said"),
+            ("employer: Porto", "not_stated"),
+            ("next_location: Munich", "assistant_only"),
+            ("occupation: AI assistant", "assistant_only"),
+        ]
+    );
+    assert_eq!(report.episodes_added, 1);
+    // Each rejection is logged with its reason.
+    let log = std::fs::read_to_string(report.rejected_log.unwrap()).unwrap();
+    assert_eq!(log.lines().count(), 6);
+    assert!(log.contains("only the assistant said it (munich)"));
+}
+
+#[tokio::test]
+async fn a_change_needs_support_a_revocation_closes_and_a_contradiction_waits_as_a_candidate() {
+    let world = World::new();
+    let (_server, model) = scripted(
+        Provider::OpenAi,
+        vec![
+            json_turn(json!({"episodes": []})),
+            profile_answer(
+                json!([{"key": "vegetarian", "value": "true"},
+                       {"key": "role", "value": "backend developer"},
+                       {"key": "web_framework", "value": "FastAPI"}]),
+                json!([]),
+            ),
+            // The user revokes two things; the model names one as ended and one not at all.
+            json_turn(json!({"episodes": []})),
+            json_turn(json!({"facts": [{"key": "diet", "value": "pescatarian"}],
+                             "preferences": [],
+                             "ended": [{"key": "vegetarian", "value": "true"},
+                                       {"key": "web_framework", "value": "FastAPI"}]})),
+            // A contradiction pieced together from two clauses about someone else.
+            json_turn(json!({"episodes": []})),
+            profile_answer(
+                json!([{"key": "role", "value": "frontend developer"}]),
+                json!([]),
+            ),
+        ],
+    )
+    .await;
+    let config = ManagerConfig {
+        model_merge: false,
+        ..ManagerConfig::default()
+    };
+    let manager = world.manager(Some(model), config);
+    // A person's own line in MEMORY.md, before engram writes its section.
+    let memory_md = manager.mirror().long_term_path();
+    std::fs::create_dir_all(memory_md.parent().unwrap()).unwrap();
+    std::fs::write(&memory_md, "# Long-term memory\n\n- Standup is at 9:30\n").unwrap();
+    manager
+        .extract_and_merge(
+            &said("I'm vegetarian. I'm a backend developer and we use FastAPI."),
+            "s1",
+            day_one(),
+        )
+        .await
+        .unwrap();
+    let report = manager
+        .extract_and_merge(
+            &said("I'm not vegetarian any more, I eat fish now: pescatarian. Also we dropped FastAPI."),
+            "s2",
+            day_one(),
+        )
+        .await
+        .unwrap();
+    assert_eq!(
+        (report.facts_added, report.facts_deleted),
+        (1, 2),
+        "{report:?}"
+    );
+    let report = manager
+        .extract_and_merge(
+            &said("My colleague works on the frontend. Our team has one developer per area."),
+            "s3",
+            day_one(),
+        )
+        .await
+        .unwrap();
+    assert_eq!(report.candidates, 1, "{report:?}");
+    let mut profile: Vec<String> = manager
+        .overview()
+        .await
+        .unwrap()
+        .facts
+        .into_iter()
+        .map(|m| m.text)
+        .collect();
+    profile.sort();
+    assert_eq!(
+        profile,
+        vec!["diet: pescatarian", "role: backend developer"]
+    );
+    // The candidate is stored, marked, and kept out of the profile and the memory block.
+    let candidate = world
+        .current(&[Kind::Fact])
+        .await
+        .into_iter()
+        .find(|m| m.text == "role: frontend developer")
+        .unwrap();
+    assert_eq!(candidate.metadata["status"], "candidate");
+    let block = manager
+        .context_block("what do I do?", day_one())
+        .await
+        .unwrap()
+        .unwrap();
+    assert!(!block.text.contains("frontend"));
+    // MEMORY.md's managed section mirrors the profile; the person's line is theirs and read back,
+    // and the profile is in the block once.
+    let text = std::fs::read_to_string(&memory_md).unwrap();
+    assert!(
+        text.starts_with("# Long-term memory\n\n- Standup is at 9:30\n"),
+        "{text}"
+    );
+    assert!(
+        text.contains("- diet: pescatarian\n- role: backend developer\n"),
+        "{text}"
+    );
+    assert!(!text.contains("vegetarian: true") && !text.contains("frontend"));
+    assert!(block.text.contains("Standup is at 9:30"));
+    assert_eq!(
+        block.text.matches("diet: pescatarian").count(),
+        1,
+        "{}",
+        block.text
+    );
+    // Nothing was destroyed: the revoked facts are closed, with the user's words.
+    let closed: Vec<Memory> = world
+        .everything(&[Kind::Fact])
+        .await
+        .into_iter()
+        .filter(|m| m.valid_to.is_some())
+        .collect();
+    assert_eq!(closed.len(), 2);
+    assert!(closed.iter().all(|m| {
+        m.metadata["closed_because"]
+            .as_str()
+            .unwrap()
+            .contains("vegetarian")
+            || m.metadata["closed_because"]
+                .as_str()
+                .unwrap()
+                .contains("dropped FastAPI")
+    }));
 }
 
 #[tokio::test]

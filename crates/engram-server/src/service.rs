@@ -163,7 +163,7 @@ impl MemoryService {
             .clone()
             .unwrap_or_else(|| "api".to_string());
         manager
-            .extract_and_merge(&conversation, &session, now)
+            .extract_batch(&conversation, &session, now)
             .await
             .map_err(|e| match e {
                 MemoryError::Model(e) => ApiError::new(ErrorCode::ModelFailed, e.to_string()),

@@ -664,4 +664,49 @@ async fn messages_with_infer_go_through_extraction_and_merging() {
         .unwrap();
     assert_eq!(response.status().as_u16(), 403);
     assert_eq!(model_server.requests().len(), 2);
+
+    // The same messages again add nothing twice, and ask the model nothing. (A token exists
+    // now, so requests carry one.)
+    let (_, mine) = server.token(&["u"]);
+    let post = |body: Value| {
+        let request = client()
+            .post(server.url("/v1/memories"))
+            .bearer_auth(mine.clone())
+            .json(&body)
+            .send();
+        async move { json_of(request.await.unwrap()).await }
+    };
+    let (status, body) = post(json!({"user_id": "u", "messages": messages})).await;
+    assert_eq!(status, 200, "{body}");
+    assert!(
+        body["extraction"]["skipped"]
+            .as_str()
+            .unwrap()
+            .contains("already extracted"),
+        "{body}"
+    );
+    assert_eq!(model_server.requests().len(), 2);
+
+    // One message is enough; what the model made up is rejected with the reason.
+    model_server.push(Turn::text(json!({"episodes": []}).to_string()));
+    model_server.push(Turn::text(
+        json!({"facts": [{"key": "daughter", "value": "Ines"},
+                         {"key": "allergy", "value": "peanuts"},
+                         {"key": "location", "value": "Munich"}]})
+        .to_string(),
+    ));
+    let (status, body) = post(json!({"user_id": "u", "messages": [
+        {"role": "user", "content": "Please remember: my daughter Ines is allergic to peanuts"}
+    ]}))
+    .await;
+    assert_eq!(status, 200, "{body}");
+    assert_eq!(body["extraction"]["facts_added"], 2, "{body}");
+    assert_eq!(
+        body["extraction"]["rejected"][0]["code"], "not_said",
+        "{body}"
+    );
+    assert_eq!(
+        body["extraction"]["rejected"][0]["text"],
+        "location: Munich"
+    );
 }

@@ -3,6 +3,7 @@
 pub mod agent;
 pub mod context;
 pub mod embed;
+pub mod extraction;
 pub mod hybrid;
 pub mod locomo;
 pub mod mcp;
@@ -30,5 +31,6 @@ pub fn run(ctx: &Context, command: BenchCommand) -> Result<Status> {
         BenchCommand::Server(args) => server::run(ctx, args),
         BenchCommand::Mcp(args) => mcp::run(ctx, args),
         BenchCommand::Vectors(args) => vectors::run(ctx, args),
+        BenchCommand::Extraction(args) => extraction::run(ctx, args),
     }
 }

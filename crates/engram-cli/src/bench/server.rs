@@ -124,33 +124,50 @@ impl SearchRoute {
 }
 
 /// A running `engram serve`; stopped (SIGTERM) when dropped.
-struct ServerProcess {
+pub(crate) struct ServerProcess {
     child: Child,
-    url: String,
+    /// Its base URL (`http://127.0.0.1:PORT`).
+    pub(crate) url: String,
 }
 
 impl ServerProcess {
     fn start(home: &std::path::Path, args: &BenchServerArgs) -> Result<Self> {
+        let mut extra = Vec::new();
+        if let Some(workers) = args.workers {
+            extra.push(format!("--workers={workers}"));
+        }
+        if let Some(concurrency) = args.concurrency {
+            extra.push(format!("--concurrency={concurrency}"));
+        }
+        let mut env = vec![("ENGRAM_LOG".to_string(), "warn".to_string())];
+        if let Some(model) = &args.embed_model {
+            env.push(("ENGRAM_EMBED_MODEL".into(), model.display().to_string()));
+        }
+        Self::start_with(home, &extra, &env, &["ENGRAM_EMBED_MODEL"])
+    }
+
+    /// Starts `engram --home HOME serve --listen 127.0.0.1:0 EXTRA...` with `env` set and
+    /// `remove` unset, and waits until it listens.
+    pub(crate) fn start_with(
+        home: &std::path::Path,
+        extra: &[String],
+        env: &[(String, String)],
+        remove: &[&str],
+    ) -> Result<Self> {
         let exe = std::env::current_exe().context("cannot find the engram binary")?;
         let mut command = Command::new(exe);
         command
             .arg("--home")
             .arg(home)
-            .args(["serve", "--listen", "127.0.0.1:0"]);
-        if let Some(workers) = args.workers {
-            command.arg(format!("--workers={workers}"));
+            .args(["serve", "--listen", "127.0.0.1:0"])
+            .args(extra);
+        for name in remove {
+            command.env_remove(name);
         }
-        if let Some(concurrency) = args.concurrency {
-            command.arg(format!("--concurrency={concurrency}"));
+        for (name, value) in env {
+            command.env(name, value);
         }
-        command
-            .env("ENGRAM_LOG", "warn")
-            .env_remove("ENGRAM_EMBED_MODEL")
-            .stdout(Stdio::null())
-            .stderr(Stdio::piped());
-        if let Some(model) = &args.embed_model {
-            command.env("ENGRAM_EMBED_MODEL", model);
-        }
+        command.stdout(Stdio::null()).stderr(Stdio::piped());
         let mut child = command.spawn().context("cannot start engram serve")?;
         let stderr = child.stderr.take().ok_or_else(|| anyhow!("no stderr"))?;
         let (sender, receiver) = std::sync::mpsc::channel();

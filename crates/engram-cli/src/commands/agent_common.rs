@@ -327,8 +327,9 @@ pub async fn memory_block(manager: &MemoryManager, input: &str) -> Vec<Message> 
     }
 }
 
-/// Extracts memories from the session's messages after the last extraction and marks them
-/// done in the session file. `None` when there was nothing new (or too little to extract).
+/// Extracts memories from the session's messages after the last extraction (claimed on the
+/// workspace's ledger, so another process never extracts the same messages) and marks them done
+/// in the session file. `None` when there was nothing new.
 async fn extract_pending(
     manager: &MemoryManager,
     session: &Session,
@@ -343,21 +344,23 @@ async fn extract_pending(
     })?;
     let messages = log.plain_messages();
     let from = log.extracted_through().min(messages.len());
-    let pending = &messages[from..];
-    if !pending.iter().any(|m| matches!(m, Message::User { .. })) {
+    if !messages[from..]
+        .iter()
+        .any(|m| matches!(m, Message::User { .. }))
+    {
         return Ok(None);
     }
     let now = Timestamp::now();
     let report = manager
-        .extract_and_merge(pending, session.key().as_str(), now)
+        .extract_session(&messages, session.key().as_str(), from, now)
         .await
         .with_context(|| format!("memory extraction for the session {} failed", session.key()))?;
-    if report.skipped.is_none() {
+    if let Some([_, through]) = report.messages {
         session
             .append(
                 &[SessionRecord::Extracted {
                     timestamp: now,
-                    through: messages.len(),
+                    through,
                 }],
                 now,
             )
