@@ -116,6 +116,9 @@ fn run_does_a_task_with_a_tool_end_to_end_in_each_wire_format() {
             Turn::text("I wrote **out/hello.txt**.")
                 .chunk_chars(4)
                 .usage(200, 10),
+            // Then the run is extracted: episodes, then the profile.
+            Turn::text(r#"{"episodes": []}"#),
+            Turn::text(r#"{"facts": [], "preferences": []}"#),
         ])
         .unwrap();
         let (out, stdout, stderr) =
@@ -144,7 +147,7 @@ fn run_does_a_task_with_a_tool_end_to_end_in_each_wire_format() {
         );
 
         let requests = server.requests();
-        assert_eq!(requests.len(), 2);
+        assert_eq!(requests.len(), 4, "two steps, then two extraction calls");
         assert_eq!(requests[0].provider(), Some(provider));
         match provider {
             Provider::OpenAi => assert_eq!(
@@ -192,6 +195,8 @@ fn run_retries_after_a_429_and_a_dropped_stream() {
         Turn::rate_limited(),
         Turn::text("never seen").drop_after(0),
         Turn::text("Third time lucky."),
+        Turn::text(r#"{"episodes": []}"#),
+        Turn::text(r#"{"facts": [], "preferences": []}"#),
     ])
     .unwrap();
     let (out, stdout, stderr) = output(&mut home.run(&server, Provider::OpenAi, "Say hi"));
@@ -203,7 +208,11 @@ fn run_retries_after_a_429_and_a_dropped_stream() {
         "both failures were retried: {stderr}"
     );
     assert!(stderr.contains("rate limit"), "{stderr}");
-    assert_eq!(server.requests().len(), 3);
+    assert_eq!(
+        server.requests().len(),
+        5,
+        "three attempts, then two extraction calls"
+    );
 }
 
 #[test]
@@ -482,6 +491,9 @@ fn chat_keeps_a_conversation_with_commands_and_multi_line_input() {
         Turn::text(r#"{"episodes": []}"#),
         Turn::text(r#"{"facts": [], "preferences": []}"#),
         Turn::text("Fresh start."),
+        // /exit extracts the new conversation's one exchange.
+        Turn::text(r#"{"episodes": []}"#),
+        Turn::text(r#"{"facts": [], "preferences": []}"#),
     ])
     .unwrap();
     let mut child = home
@@ -530,7 +542,7 @@ fn chat_keeps_a_conversation_with_commands_and_multi_line_input() {
     assert!(stderr.contains("(new conversation)"), "{stderr}");
 
     let requests = server.requests();
-    assert_eq!(requests.len(), 8, "/exit stops before 'never sent'");
+    assert_eq!(requests.len(), 10, "/exit stops before 'never sent'");
     let last_user = |n: usize| {
         requests[n]
             .messages()
@@ -574,6 +586,8 @@ fn sigint_in_chat_cancels_the_turn_and_the_conversation_goes_on() {
     let server = ScriptedServer::spawn(vec![
         Turn::tool_call("bash", json!({"command": "sleep 300"})),
         Turn::text("Still here."),
+        Turn::text(r#"{"episodes": []}"#),
+        Turn::text(r#"{"facts": [], "preferences": []}"#),
     ])
     .unwrap();
     let mut child = home
@@ -600,8 +614,9 @@ fn sigint_in_chat_cancels_the_turn_and_the_conversation_goes_on() {
     assert!(status.success(), "the REPL survived the Ctrl-C: {seen:?}");
     let answers: Vec<String> = stdout.iter().collect();
     assert!(answers.iter().any(|l| l == "Still here."), "{answers:?}");
-    // The second request carried the cancelled call's result, so the server accepted it.
-    assert_eq!(server.requests().len(), 2);
+    // The second request carried the cancelled call's result, so the server accepted it; then
+    // the conversation was extracted at /exit.
+    assert_eq!(server.requests().len(), 4);
     server.check_tool_pairing().unwrap();
     let second = server.request(2).unwrap().body.to_string();
     assert!(second.contains("did not finish"), "{second}");
