@@ -529,7 +529,7 @@ mod tests {
             1
         );
         let dir = tempfile::tempdir().unwrap();
-        let mirror = MarkdownMirror::new(dir.path());
+        let mirror = MarkdownMirror::new(&workspace(&dir));
         assert!(mirror.write_managed(&["role: nurse".into()]).unwrap());
         assert!(!mirror.write_managed(&["role: nurse".into()]).unwrap());
         let text = mirror.read_long_term().unwrap().unwrap();
