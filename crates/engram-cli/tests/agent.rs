@@ -765,8 +765,17 @@ fn files_linked_out_of_the_workspace_are_never_sent_written_or_erased() {
         home.workspace().join("AGENTS.md"),
     )
     .unwrap();
-    let server =
-        ScriptedServer::spawn(vec![Turn::text("Hello."), Turn::text("Still here.")]).unwrap();
+    // /forget extracts the conversation so far before anything else (one exchange is enough),
+    // and so does /exit.
+    let server = ScriptedServer::spawn(vec![
+        Turn::text("Hello."),
+        Turn::text(r#"{"episodes": []}"#),
+        Turn::text(r#"{"facts": [], "preferences": []}"#),
+        Turn::text("Still here."),
+        Turn::text(r#"{"episodes": []}"#),
+        Turn::text(r#"{"facts": [], "preferences": []}"#),
+    ])
+    .unwrap();
     let mut child = home
         .engram_with(&server, Provider::OpenAi)
         .args(["chat", "--workspace"])
