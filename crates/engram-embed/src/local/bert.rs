@@ -1,5 +1,8 @@
 //! A BERT encoder for inference on the CPU: weights from `model.safetensors`, matrix products on
 //! candle (gemm), the rest in the fused kernels of [`super::kernels`].
+//!
+//! MPNet runs on the same encoder: its layers are BERT's under other names, plus a relative
+//! position bias in attention (see [`super::mpnet`]).
 
 use std::collections::HashMap;
 use std::path::Path;
@@ -10,6 +13,7 @@ use rayon::prelude::*;
 
 use super::folder::{Activation, BertConfig};
 use super::kernels::{self, Attention, AttentionShape, BiasActivation, BiasResidualNorm, Norm};
+use super::mpnet::{self, RelativeBias};
 
 /// Layer-norm scale and shift.
 struct NormWeights {
@@ -48,15 +52,42 @@ pub struct BertModel {
     eps: f32,
     activation: Activation,
     max_positions: usize,
+    /// Row of the position-embedding matrix for the first token (MPNet counts from the padding
+    /// id plus one).
+    position_offset: usize,
     word_embeddings: Vec<f32>,
     position_embeddings: Vec<f32>,
+    /// Added to every token: BERT's token type 0; zeros for MPNet, which has no token types.
     token_type_zero: Vec<f32>,
     embedding_norm: NormWeights,
     layers: Vec<Layer>,
+    /// MPNet's attention bias by relative position, shared by every layer.
+    relative_bias: Option<RelativeBias>,
 }
 
+/// Where one encoder layer's weights are found, under the layer's prefix.
+pub(super) struct LayerNames {
+    /// The attention's query, key and value projections.
+    pub qkv: [&'static str; 3],
+    /// The attention's output projection.
+    pub attention_out: &'static str,
+    /// The layer norm after attention.
+    pub attention_norm: &'static str,
+}
+
+/// Hugging Face `BertModel` names.
+const BERT_LAYER: LayerNames = LayerNames {
+    qkv: [
+        "attention.self.query",
+        "attention.self.key",
+        "attention.self.value",
+    ],
+    attention_out: "attention.output.dense",
+    attention_norm: "attention.output.LayerNorm",
+};
+
 /// The weights file, with the naming convention it uses.
-struct Weights<'a> {
+pub(super) struct Weights<'a> {
     tensors: HashMap<String, Tensor>,
     prefix: &'static str,
     path: &'a Path,
@@ -71,7 +102,7 @@ impl Weights<'_> {
     }
 
     /// The tensor `name` as f32, checked against the shape the configuration implies.
-    fn get(&self, name: &str, shape: &[usize]) -> Result<Tensor, EmbedError> {
+    pub(super) fn get(&self, name: &str, shape: &[usize]) -> Result<Tensor, EmbedError> {
         let full = format!("{}{name}", self.prefix);
         let tensor = self.tensors.get(&full).ok_or_else(|| {
             self.bad_shape(format!(
@@ -89,7 +120,7 @@ impl Weights<'_> {
             .map_err(|e| self.bad_shape(format!("tensor {full} cannot be read as f32: {e}")))
     }
 
-    fn vec(&self, name: &str, shape: &[usize]) -> Result<Vec<f32>, EmbedError> {
+    pub(super) fn vec(&self, name: &str, shape: &[usize]) -> Result<Vec<f32>, EmbedError> {
         let full = format!("{}{name}", self.prefix);
         self.get(name, shape)?
             .flatten_all()
@@ -125,7 +156,8 @@ impl Weights<'_> {
 const PREFIXES: [&str; 3] = ["", "bert.", "model."];
 
 impl BertModel {
-    /// Loads and checks the weights in `bytes` (the contents of `path`) against `config`.
+    /// Loads and checks the weights in `bytes` (the contents of `path`) against `config`: a
+    /// BERT model, or an MPNet one when `config.model_type` says so.
     pub fn load(bytes: &[u8], path: &Path, config: &BertConfig) -> Result<Self, EmbedError> {
         let tensors = candle_core::safetensors::load_buffer(bytes, &Device::Cpu).map_err(|e| {
             EmbedError::BadFile {
@@ -154,37 +186,49 @@ impl BertModel {
             detail: format!("hidden_act \"{}\" is not supported", config.hidden_act),
         })?;
 
-        let token_types = weights.vec(
-            "embeddings.token_type_embeddings.weight",
-            &[config.type_vocab_size, h],
-        )?;
+        let is_mpnet = config.is_mpnet();
+        let (names, token_type_zero, position_offset, relative_bias) = if is_mpnet {
+            (
+                &mpnet::LAYER,
+                vec![0.0; h],
+                mpnet::position_offset(config),
+                Some(mpnet::relative_bias(&weights, config)?),
+            )
+        } else {
+            let token_types = weights.vec(
+                "embeddings.token_type_embeddings.weight",
+                &[config.type_vocab_size, h],
+            )?;
+            (&BERT_LAYER, token_types[..h].to_vec(), 0, None)
+        };
         let mut layers = Vec::with_capacity(config.num_hidden_layers);
         for i in 0..config.num_hidden_layers {
             let p = format!("encoder.layer.{i}");
             // Q, K and V share one product: stack their [h, h] matrices into one [3h, h].
-            let qkv = ["query", "key", "value"]
+            let qkv = names
+                .qkv
                 .iter()
-                .map(|part| weights.get(&format!("{p}.attention.self.{part}.weight"), &[h, h]))
+                .map(|part| weights.get(&format!("{p}.{part}.weight"), &[h, h]))
                 .collect::<Result<Vec<_>, _>>()?;
             let qkv_t = Tensor::cat(&qkv, 0)
                 .and_then(|t| t.t())
                 .and_then(|t| t.contiguous())
                 .map_err(|e| weights.bad_shape(format!("layer {i}: cannot fuse Q, K, V: {e}")))?;
             let mut qkv_bias = Vec::with_capacity(3 * h);
-            for part in ["query", "key", "value"] {
-                qkv_bias.extend(weights.vec(&format!("{p}.attention.self.{part}.bias"), &[h])?);
+            for part in names.qkv {
+                qkv_bias.extend(weights.vec(&format!("{p}.{part}.bias"), &[h])?);
             }
             layers.push(Layer {
                 qkv_t,
                 qkv_bias,
                 attention_out_t: weights.matrix_t(
-                    &format!("{p}.attention.output.dense.weight"),
+                    &format!("{p}.{}.weight", names.attention_out),
                     h,
                     h,
                 )?,
                 attention_out_bias: weights
-                    .vec(&format!("{p}.attention.output.dense.bias"), &[h])?,
-                attention_norm: weights.norm(&format!("{p}.attention.output.LayerNorm"), h)?,
+                    .vec(&format!("{p}.{}.bias", names.attention_out), &[h])?,
+                attention_norm: weights.norm(&format!("{p}.{}", names.attention_norm), h)?,
                 intermediate_t: weights.matrix_t(
                     &format!("{p}.intermediate.dense.weight"),
                     inter,
@@ -203,15 +247,17 @@ impl BertModel {
             eps: config.layer_norm_eps as f32,
             activation,
             max_positions: config.max_position_embeddings,
+            position_offset,
             word_embeddings: weights
                 .vec("embeddings.word_embeddings.weight", &[config.vocab_size, h])?,
             position_embeddings: weights.vec(
                 "embeddings.position_embeddings.weight",
                 &[config.max_position_embeddings, h],
             )?,
-            token_type_zero: token_types[..h].to_vec(),
+            token_type_zero,
             embedding_norm: weights.norm("embeddings.LayerNorm", h)?,
             layers,
+            relative_bias,
         })
     }
 
@@ -234,10 +280,10 @@ impl BertModel {
         if seq_len == 0 {
             return Ok((Vec::new(), 0));
         }
-        if seq_len > self.max_positions {
+        if seq_len + self.position_offset > self.max_positions {
             return Err(EmbedError::Inference(format!(
                 "a sequence of {seq_len} tokens is longer than the model's {} positions",
-                self.max_positions
+                self.max_positions - self.position_offset
             )));
         }
         let vocab = self.vocab_rows();
@@ -260,7 +306,8 @@ impl BertModel {
             .for_each(|(out, ids)| {
                 for (t, (row, id)) in out.chunks_exact_mut(h).zip(ids.iter()).enumerate() {
                     let word = &self.word_embeddings[*id as usize * h..(*id as usize + 1) * h];
-                    let position = &self.position_embeddings[t * h..(t + 1) * h];
+                    let p = t + self.position_offset;
+                    let position = &self.position_embeddings[p * h..(p + 1) * h];
                     for (((v, w), p), k) in row
                         .iter_mut()
                         .zip(word)
@@ -274,6 +321,10 @@ impl BertModel {
             });
 
         let inference = |e: candle_core::Error| EmbedError::Inference(e.to_string());
+        let position_bias = self
+            .relative_bias
+            .as_ref()
+            .map(|bias| bias.by_distance(seq_len));
         let mut x = Tensor::from_vec(x, (rows, h), &Device::Cpu).map_err(inference)?;
         for layer in &self.layers {
             let qkv = x.matmul(&layer.qkv_t).map_err(inference)?;
@@ -285,6 +336,7 @@ impl BertModel {
                         lengths: &lengths,
                         heads: self.heads,
                         head_dim: h / self.heads,
+                        position_bias: position_bias.as_deref(),
                     },
                 })
                 .map_err(inference)?;

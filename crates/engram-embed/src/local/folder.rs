@@ -99,7 +99,7 @@ impl ModelFolder {
             None => tokenizer_max_length(&transformer_dir.join("tokenizer_config.json"))
                 .unwrap_or(usize::MAX),
         }
-        .min(bert.max_position_embeddings);
+        .min(bert.usable_positions());
 
         Ok(Self {
             dir: dir.to_path_buf(),
@@ -163,6 +163,12 @@ pub struct BertConfig {
     /// Position encoding; only "absolute" is supported.
     #[serde(default)]
     pub position_embedding_type: Option<String>,
+    /// The padding token's id (MPNet's positions start after it).
+    #[serde(default)]
+    pub pad_token_id: Option<usize>,
+    /// Buckets of MPNet's relative position bias.
+    #[serde(default)]
+    pub relative_attention_num_buckets: Option<usize>,
 }
 
 fn default_activation() -> String {
@@ -187,6 +193,21 @@ pub enum Activation {
 }
 
 impl BertConfig {
+    /// Whether this is an MPNet encoder (BERT layers with a relative position bias).
+    pub fn is_mpnet(&self) -> bool {
+        self.model_type.as_deref() == Some("mpnet")
+    }
+
+    /// The longest input the position embeddings cover (MPNet's start after the padding id).
+    pub fn usable_positions(&self) -> usize {
+        let offset = if self.is_mpnet() {
+            self.pad_token_id.unwrap_or(1) + 1
+        } else {
+            0
+        };
+        self.max_position_embeddings.saturating_sub(offset)
+    }
+
     /// The activation named by `hidden_act`, if supported.
     pub fn activation(&self) -> Option<Activation> {
         match self.hidden_act.as_str() {
@@ -202,10 +223,29 @@ impl BertConfig {
             path: path.to_path_buf(),
             detail,
         };
-        if let Some(kind) = self.model_type.as_ref().filter(|kind| *kind != "bert") {
+        if let Some(kind) = self
+            .model_type
+            .as_ref()
+            .filter(|kind| !matches!(kind.as_str(), "bert" | "mpnet"))
+        {
             return Err(unsupported(format!(
-                "model_type \"{kind}\" is not supported; only BERT-family (\"bert\") sentence-transformers models run locally"
+                "model_type \"{kind}\" is not supported; only BERT (\"bert\") and MPNet (\"mpnet\") sentence-transformers models run locally"
             )));
+        }
+        if self.is_mpnet() {
+            let offset = self.pad_token_id.unwrap_or(1) + 1;
+            if offset >= self.max_position_embeddings
+                || self.relative_attention_num_buckets == Some(0)
+            {
+                return Err(EmbedError::BadFile {
+                    path: path.to_path_buf(),
+                    detail: format!(
+                        "pad_token_id {} leaves no positions of {}, or relative_attention_num_buckets is 0",
+                        offset - 1,
+                        self.max_position_embeddings
+                    ),
+                });
+            }
         }
         if let Some(kind) = self
             .position_embedding_type

@@ -222,6 +222,9 @@ pub struct AttentionShape<'a> {
     pub heads: usize,
     /// Width of one head.
     pub head_dim: usize,
+    /// Added to the score of query `i` and key `j` in head `h`, when the model has one (MPNet):
+    /// `heads` rows of `2 * seq_len - 1`, indexed by `j - i + seq_len - 1`.
+    pub position_bias: Option<&'a [f32]>,
 }
 
 /// Multi-head self-attention over a padded batch.
@@ -242,6 +245,8 @@ pub fn attention(qkv: &[f32], bias: &[f32], shape: &AttentionShape<'_>, out: &mu
                 heads: shape.heads,
                 head_dim: shape.head_dim,
                 len,
+                seq_len: shape.seq_len,
+                position_bias: shape.position_bias,
                 out,
             })
         });
@@ -254,6 +259,8 @@ struct AttentionKernel<'a> {
     heads: usize,
     head_dim: usize,
     len: usize,
+    seq_len: usize,
+    position_bias: Option<&'a [f32]>,
     out: &'a mut [f32],
 }
 
@@ -268,6 +275,8 @@ impl pulp::WithSimd for AttentionKernel<'_> {
             heads,
             head_dim: d,
             len,
+            seq_len,
+            position_bias,
             out,
         } = self;
         let hidden = heads * d;
@@ -303,10 +312,15 @@ impl pulp::WithSimd for AttentionKernel<'_> {
                     values[j * dim_blocks + c / LANES][c % LANES] = v + b;
                 }
             }
-            for (row, out_row) in qkv
+            let head_bias = position_bias.map(|b| {
+                let span = 2 * seq_len - 1;
+                &b[head * span..(head + 1) * span]
+            });
+            for (i, (row, out_row)) in qkv
                 .chunks_exact(width)
                 .zip(out.chunks_exact_mut(hidden))
                 .take(len)
+                .enumerate()
             {
                 for ((q, x), b) in query
                     .iter_mut()
@@ -326,6 +340,13 @@ impl pulp::WithSimd for AttentionKernel<'_> {
                     *score = acc;
                 }
                 let scores = &mut scores.as_flattened_mut()[..len];
+                if let Some(head_bias) = head_bias {
+                    // Key j sits at j - i + seq_len - 1: keys 0..len start at seq_len - 1 - i.
+                    let from = seq_len - 1 - i;
+                    for (s, b) in scores.iter_mut().zip(&head_bias[from..from + len]) {
+                        *s += b;
+                    }
+                }
                 let max = scores.iter().fold(f32::NEG_INFINITY, |m, s| m.max(*s));
                 for s in scores.iter_mut() {
                     *s = exp(*s - max);
@@ -463,6 +484,11 @@ impl CustomOp1 for Attention<'_> {
         {
             bail!("attention: a sequence is longer than the padded length");
         }
+        if let Some(bias) = self.shape.position_bias
+            && bias.len() != self.shape.heads * (2 * self.shape.seq_len).saturating_sub(1)
+        {
+            bail!("attention: the position bias does not match the batch shape");
+        }
         let mut out = vec![0.0f32; rows * hidden];
         attention(qkv, self.bias, &self.shape, &mut out);
         Ok((CpuStorage::F32(out), Shape::from((rows, hidden))))
@@ -590,6 +616,11 @@ mod tests {
                                 .map(|c| at(b, i, h * d + c) * at(b, j, hidden + h * d + c))
                                 .sum::<f64>()
                                 / (d as f64).sqrt()
+                                + shape.position_bias.map_or(0.0, |pb| {
+                                    f64::from(
+                                        pb[h * (2 * shape.seq_len - 1) + j + shape.seq_len - 1 - i],
+                                    )
+                                })
                         })
                         .collect();
                     let max = scores.iter().cloned().fold(f64::NEG_INFINITY, f64::max);
@@ -609,9 +640,13 @@ mod tests {
     #[test]
     fn attention_matches_the_textbook_and_ignores_padding() {
         // Short sequences and heads, and ones spanning several register blocks with remainders.
-        let cases: [(usize, usize, usize, &[usize]); 2] =
-            [(3, 4, 6, &[6, 2, 4]), (2, 20, 37, &[37, 17, 1])];
-        for (heads, head_dim, seq_len, lengths) in cases {
+        let cases: [(usize, usize, usize, &[usize], bool); 4] = [
+            (3, 4, 6, &[6, 2, 4], false),
+            (2, 20, 37, &[37, 17, 1], false),
+            (3, 4, 6, &[6, 2, 4], true),
+            (2, 20, 37, &[37, 17, 1], true),
+        ];
+        for (heads, head_dim, seq_len, lengths, with_bias) in cases {
             let hidden = heads * head_dim;
             let mut qkv: Vec<f32> = (0..lengths.len() * seq_len * 3 * hidden)
                 .map(|i| ((i * 2_654_435_761usize) % 1000) as f32 / 250.0 - 2.0)
@@ -619,11 +654,15 @@ mod tests {
             let bias: Vec<f32> = (0..3 * hidden)
                 .map(|i| (i % 30) as f32 / 50.0 - 0.3)
                 .collect();
+            let position_bias: Vec<f32> = (0..heads * (2 * seq_len - 1))
+                .map(|i| ((i * 40_503) % 97) as f32 / 30.0 - 1.5)
+                .collect();
             let shape = AttentionShape {
                 seq_len,
                 lengths,
                 heads,
                 head_dim,
+                position_bias: with_bias.then_some(position_bias.as_slice()),
             };
             let mut out = vec![0.0f32; lengths.len() * seq_len * hidden];
             attention(&qkv, &bias, &shape, &mut out);

@@ -1,8 +1,9 @@
-//! The local embedder: a sentence-transformers BERT-family model run in-process on the CPU.
+//! The local embedder: a sentence-transformers BERT or MPNet model run in-process on the CPU.
 
 mod bert;
 pub(crate) mod folder;
 mod kernels;
+mod mpnet;
 mod pooling;
 
 use std::borrow::Cow;
