@@ -2,8 +2,9 @@
 //!
 //! Relevance comes first: the two candidate lists are fused, either by reciprocal rank fusion
 //! (ranks only, robust to score scales) or by a weighted sum of scores normalised to [0, 1].
-//! The final score then mixes relevance with recency and importance, by the weights of a named
-//! [`RankingProfile`].
+//! A candidate may then take a share of the relevance of the turns next to it in its
+//! conversation. The final score mixes relevance with recency, importance and what the query says
+//! about time, by the weights of a named [`RankingProfile`].
 
 use jiff::{SignedDuration, Timestamp};
 use serde::{Deserialize, Serialize};
@@ -19,10 +20,12 @@ pub enum Fusion {
         k: f64,
     },
     /// Weighted sum of BM25 divided by the best BM25 and of cosine similarity (below 0 counts
-    /// as 0). Similarity is taken as it is, as the reference design does: stretching the
-    /// candidates' range onto [0, 1] would turn a hair's difference between two near-identical
-    /// memories into the whole scale.
+    /// as 0), as the reference design does.
     Weighted,
+    /// Weighted sum of each list's scores stretched onto [0, 1] over that list's candidates
+    /// (the best scores 1, the worst 0): both lists get the same range, whatever the model's
+    /// typical similarities or the query's BM25 magnitude.
+    MinMax,
 }
 
 /// How recency fades.
@@ -58,8 +61,17 @@ pub struct RankingProfile {
     pub importance: f64,
     /// How recency fades with age.
     pub recency_decay: Recency,
-    /// Extra score for memories inside a time window the query names ("last week", "in May").
+    /// Extra score for memories inside a time window the query names ("last week", "in May");
+    /// half of it for the 30 days after the window (what happened is often told later).
     pub time_match: f64,
+    /// Extra score, for questions that ask when something happened, for memories that say when
+    /// ("yesterday", "last week", "in May").
+    #[serde(default)]
+    pub time_mention: f64,
+    /// Share of the best adjacent turn's relevance (the turn before or after in the same
+    /// conversation) that a candidate gains: an answer is often split over two turns.
+    #[serde(default)]
+    pub neighbours: f64,
     /// How many candidates each list contributes before fusion.
     pub candidates: usize,
 }
@@ -78,6 +90,8 @@ impl RankingProfile {
             importance: 0.1,
             recency_decay: Recency::HalfLife { days: 30.0 },
             time_match: 0.2,
+            time_mention: 0.0,
+            neighbours: 0.0,
             candidates: 100,
         }
     }
@@ -94,6 +108,8 @@ impl RankingProfile {
             importance: 0.2,
             recency_decay: Recency::Linear { days: 30.0 },
             time_match: 0.2,
+            time_mention: 0.0,
+            neighbours: 0.0,
             candidates: 100,
         }
     }
@@ -222,6 +238,51 @@ pub fn fuse_parts(
                 })
                 .collect()
         }
+        Fusion::MinMax => {
+            let lexical = Range::of(evidence.iter().filter_map(|e| e.lexical.map(|(s, _)| s)));
+            let dense = Range::of(evidence.iter().filter_map(|e| e.dense.map(|(s, _)| s)));
+            evidence
+                .iter()
+                .map(|e| {
+                    let lex = e.lexical.map_or(0.0, |(s, _)| lexical.stretch(s));
+                    let den = e.dense.map_or(0.0, |(s, _)| dense.stretch(s));
+                    (w_lex * lex, w_dense * den)
+                })
+                .collect()
+        }
+    }
+}
+
+/// The lowest and highest score of one list.
+#[derive(Debug, Clone, Copy)]
+struct Range {
+    min: f64,
+    max: f64,
+}
+
+impl Range {
+    fn of(scores: impl Iterator<Item = f64>) -> Self {
+        scores.fold(
+            Self {
+                min: f64::INFINITY,
+                max: f64::NEG_INFINITY,
+            },
+            |r, s| Self {
+                min: r.min.min(s),
+                max: r.max.max(s),
+            },
+        )
+    }
+
+    /// `score` on [0, 1]: the best 1, the worst 0; a list whose scores are all equal gives 1
+    /// to each (being in it is all it says).
+    fn stretch(self, score: f64) -> f64 {
+        let width = self.max - self.min;
+        if width > f64::EPSILON {
+            ((score - self.min) / width).clamp(0.0, 1.0)
+        } else {
+            1.0
+        }
     }
 }
 
@@ -261,6 +322,28 @@ mod tests {
     }
 
     #[test]
+    fn min_max_fusion_stretches_each_list_over_its_candidates() {
+        let mut p = RankingProfile::balanced();
+        p.fusion = Fusion::MinMax;
+        let scores = fuse(
+            &p,
+            &[
+                ev(Some((9.0, 1)), Some((0.40, 2))),
+                ev(Some((3.0, 2)), Some((0.45, 1))),
+                ev(None, Some((0.30, 3))),
+            ],
+            (true, true),
+        );
+        // Best lexical + middle dense; worst lexical + best dense; dense-only worst.
+        assert!((scores[0] - (0.5 + 0.5 * (0.10 / 0.15))).abs() < 1e-9);
+        assert!((scores[1] - 0.5).abs() < 1e-9);
+        assert!(scores[2].abs() < 1e-9);
+        // One candidate alone is the best of its list.
+        let one = fuse(&p, &[ev(Some((2.0, 1)), None)], (true, false));
+        assert!((one[0] - 1.0).abs() < 1e-12);
+    }
+
+    #[test]
     fn recency_decays_as_configured() {
         let now: Timestamp = "2024-06-30T00:00:00Z".parse().unwrap();
         let day = |d: i64| now - SignedDuration::from_hours(24 * d);
@@ -278,9 +361,12 @@ mod tests {
         #[test]
         fn fused_relevance_is_in_unit_range_and_monotone_in_rank(
             ranks in proptest::collection::vec((1usize..200, 1usize..200, 0.0f64..30.0, -1.0f64..1.0), 1..50),
-            weighted in any::<bool>(),
+            weighted in 0u8..3,
         ) {
-            let p = if weighted { RankingProfile::balanced() } else { RankingProfile::rrf() };
+            let mut p = if weighted > 0 { RankingProfile::balanced() } else { RankingProfile::rrf() };
+            if weighted == 2 {
+                p.fusion = Fusion::MinMax;
+            }
             let evidence: Vec<Evidence> = ranks.iter().map(|&(rl, rd, s, c)| ev(Some((s, rl)), Some((c, rd)))).collect();
             let scores = fuse(&p, &evidence, (true, true));
             for s in &scores {
@@ -291,7 +377,7 @@ mod tests {
                 prop_assert!(lexical >= 0.0 && dense >= 0.0);
                 prop_assert!((lexical + dense - total).abs() < 1e-12);
             }
-            if !weighted {
+            if weighted == 0 {
                 // Better ranks in both lists never score lower.
                 for (i, a) in evidence.iter().enumerate() {
                     for (j, b) in evidence.iter().enumerate() {

@@ -11,7 +11,7 @@ use jiff::tz::TimeZone;
 use serde::Serialize;
 
 use crate::ranking::{Evidence, RankingProfile, fuse_parts};
-use crate::when::{TimeWindow, time_window};
+use crate::when::{TimeWindow, asks_when, mentions_time, time_window};
 
 /// What to look for, and where.
 #[derive(Debug, Clone, PartialEq)]
@@ -47,9 +47,16 @@ pub struct ScoreParts {
     pub recency: f64,
     /// Importance / 5.
     pub importance: f64,
-    /// The time phrase of the query whose window holds this memory, if any.
+    /// The time phrase of the query whose window holds this memory (or whose window it follows
+    /// within 30 days), if any.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub time_match: Option<String>,
+    /// The query asks when, and this memory says when.
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub time_mention: bool,
+    /// Relevance gained from the adjacent turn of its conversation.
+    #[serde(skip_serializing_if = "is_zero")]
+    pub from_neighbours: f64,
     /// The memory's text was longer than the model's window and only its beginning was embedded.
     #[serde(skip_serializing_if = "std::ops::Not::not")]
     pub truncated: bool,
@@ -57,8 +64,8 @@ pub struct ScoreParts {
     pub contributions: Contributions,
 }
 
-/// A score taken apart: each part's weighted share. `lexical + dense + recency + importance +
-/// time_match` is the score.
+/// A score taken apart: each part's weighted share. `lexical + dense + neighbours + recency +
+/// importance + time_match + time_mention` is the score.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Serialize)]
 pub struct Contributions {
     /// Relevance that came from the lexical (BM25) list.
@@ -71,6 +78,14 @@ pub struct Contributions {
     pub importance: f64,
     /// The boost for falling in the query's time phrase.
     pub time_match: f64,
+    /// The boost for saying when, in answer to a question about when.
+    pub time_mention: f64,
+    /// Relevance taken from the adjacent turn of the conversation.
+    pub neighbours: f64,
+}
+
+fn is_zero(x: &f64) -> bool {
+    *x == 0.0
 }
 
 /// One memory found, with its score.
@@ -112,6 +127,9 @@ pub struct Searcher {
     profile: RankingProfile,
     clock: Arc<dyn Clock>,
     time_zone: TimeZone,
+    /// Look adjacent turns up even when the profile does not use them (to rank the same
+    /// candidates under other profiles).
+    always_neighbours: bool,
 }
 
 impl std::fmt::Debug for Searcher {
@@ -132,7 +150,16 @@ impl Searcher {
             profile: RankingProfile::default(),
             clock: Arc::new(SystemClock),
             time_zone: TimeZone::system(),
+            always_neighbours: false,
         }
+    }
+
+    /// Makes [`Searcher::candidates`] always find which candidates are adjacent turns, even
+    /// when the profile gives them no share (benchmarks rank one set of candidates under many
+    /// profiles).
+    pub fn with_all_neighbours(mut self) -> Self {
+        self.always_neighbours = true;
+        self
     }
 
     /// Adds dense retrieval with this embedder (`None` keeps search lexical).
@@ -171,6 +198,18 @@ impl Searcher {
 
     /// The best memories for the request, best first.
     pub async fn search(&self, request: &SearchRequest) -> Result<SearchResults, SearchError> {
+        let candidates = self.candidates(request).await?;
+        let hits = candidates.rank(&self.profile, request.limit);
+        Ok(SearchResults {
+            hits,
+            notices: candidates.notices,
+        })
+    }
+
+    /// Everything ranking needs for the request: the lexical and dense candidates merged by
+    /// memory, and what the query says about time. [`Candidates::rank`] orders them; ranking
+    /// the same candidates under other profiles is how weights are tuned.
+    pub async fn candidates(&self, request: &SearchRequest) -> Result<Candidates, SearchError> {
         if request.query.trim().is_empty() {
             return Err(StoreError::BadQuery("the search query is empty".to_string()).into());
         }
@@ -199,22 +238,21 @@ impl Searcher {
 
         // Merge the lists by memory.
         let mut order: Vec<MemoryId> = Vec::new();
-        let mut merged: HashMap<MemoryId, (Memory, Evidence, bool)> = HashMap::new();
+        let mut merged: HashMap<MemoryId, Candidate> = HashMap::new();
         for (rank, hit) in lexical.into_iter().enumerate() {
             order.push(hit.memory.id);
             let evidence = Evidence {
                 lexical: Some((hit.bm25, rank + 1)),
                 dense: None,
             };
-            merged.insert(hit.memory.id, (hit.memory, evidence, false));
+            merged.insert(hit.memory.id, Candidate::new(hit.memory, evidence, false));
         }
-        let has_dense = query_vector.is_some();
         for (rank, hit) in dense.into_iter().enumerate() {
             let dense = Some((f64::from(hit.similarity), rank + 1));
             match merged.get_mut(&hit.memory.id) {
-                Some((_, evidence, truncated)) => {
-                    evidence.dense = dense;
-                    *truncated = hit.truncated;
+                Some(candidate) => {
+                    candidate.evidence.dense = dense;
+                    candidate.truncated = hit.truncated;
                 }
                 None => {
                     order.push(hit.memory.id);
@@ -222,82 +260,59 @@ impl Searcher {
                         lexical: None,
                         dense,
                     };
-                    merged.insert(hit.memory.id, (hit.memory, evidence, hit.truncated));
+                    merged.insert(
+                        hit.memory.id,
+                        Candidate::new(hit.memory, evidence, hit.truncated),
+                    );
                 }
             }
         }
-        let entries: Vec<(Memory, Evidence, bool)> =
-            order.iter().filter_map(|id| merged.remove(id)).collect();
-        let evidence: Vec<Evidence> = entries.iter().map(|(_, e, _)| *e).collect();
-        let relevance = fuse_parts(&self.profile, &evidence, (true, has_dense));
-
+        let entries: Vec<Candidate> = order.iter().filter_map(|id| merged.remove(id)).collect();
+        let neighbours = if self.profile.neighbours > 0.0 || self.always_neighbours {
+            self.neighbours(&request.filter.user_id, &entries)?
+        } else {
+            vec![[None; 2]; entries.len()]
+        };
         let now = self.clock.now();
-        let window = time_window(&request.query, now, &self.time_zone);
-        let mut hits: Vec<SearchHit> = entries
-            .into_iter()
-            .zip(relevance)
-            .map(|((memory, evidence, truncated), relevance)| {
-                self.score(memory, evidence, truncated, relevance, now, window.as_ref())
-            })
-            .collect();
-        hits.sort_by(|a, b| {
-            b.score
-                .total_cmp(&a.score)
-                .then(b.memory.created_at.cmp(&a.memory.created_at))
-                .then(b.memory.id.cmp(&a.memory.id))
-        });
-        hits.truncate(request.limit);
-        Ok(SearchResults { hits, notices })
+        Ok(Candidates {
+            neighbours,
+            entries,
+            lists: (true, query_vector.is_some()),
+            window: time_window(&request.query, now, &self.time_zone),
+            asks_when: asks_when(&request.query),
+            now,
+            notices,
+        })
     }
 
-    fn score(
+    /// For each entry, the entries holding the turns just before and after it in its
+    /// conversation (when those are candidates too), from the store's previous turns.
+    fn neighbours(
         &self,
-        memory: Memory,
-        evidence: Evidence,
-        truncated: bool,
-        (lexical, dense): (f64, f64),
-        now: jiff::Timestamp,
-        window: Option<&TimeWindow>,
-    ) -> SearchHit {
-        let p = &self.profile;
-        let relevance = lexical + dense;
-        let recency = p.recency_of(memory.created_at, now);
-        let importance = f64::from(memory.importance.get()) / 5.0;
-        let time_match = window
-            .filter(|w| w.since <= memory.created_at && memory.created_at < w.until)
-            .map(|w| w.phrase.clone());
-        let contributions = Contributions {
-            lexical: p.relevance * lexical,
-            dense: p.relevance * dense,
-            recency: p.recency * recency,
-            importance: p.importance * importance,
-            time_match: if time_match.is_some() {
-                p.time_match
-            } else {
-                0.0
-            },
-        };
-        let score = p.relevance * relevance
-            + contributions.recency
-            + contributions.importance
-            + contributions.time_match;
-        SearchHit {
-            memory,
-            score,
-            parts: ScoreParts {
-                profile: p.name.clone(),
-                bm25: evidence.lexical.map(|(s, _)| s),
-                lexical_rank: evidence.lexical.map(|(_, r)| r),
-                similarity: evidence.dense.map(|(s, _)| s),
-                dense_rank: evidence.dense.map(|(_, r)| r),
-                relevance,
-                recency,
-                importance,
-                time_match,
-                truncated,
-                contributions,
-            },
+        user_id: &str,
+        entries: &[Candidate],
+    ) -> Result<Vec<[Option<usize>; 2]>, SearchError> {
+        let mut out = vec![[None; 2]; entries.len()];
+        let turns: Vec<usize> = (0..entries.len())
+            .filter(|&i| {
+                let memory = &entries[i].memory;
+                memory.kind == engram_core::Kind::Episode && memory.scope.session_id.is_some()
+            })
+            .collect();
+        if turns.len() < 2 {
+            return Ok(out);
         }
+        let ids: Vec<MemoryId> = turns.iter().map(|&i| entries[i].memory.id).collect();
+        let previous = self.store.previous_turns(user_id, &ids)?;
+        let at: HashMap<MemoryId, usize> =
+            turns.iter().map(|&i| (entries[i].memory.id, i)).collect();
+        for (&i, previous) in turns.iter().zip(previous) {
+            if let Some(&p) = previous.as_ref().and_then(|id| at.get(id)) {
+                out[i][0] = Some(p);
+                out[p][1] = Some(i);
+            }
+        }
+        Ok(out)
     }
 
     /// The query's vector and its model, when dense retrieval can run; notes why not otherwise.
@@ -327,5 +342,343 @@ impl Searcher {
         }
         let embedding = embedder.embed_one(&request.query).await?;
         Ok(Some((model, embedding.vector)))
+    }
+}
+
+/// One memory found by the lexical or the dense search (or both), before ranking.
+#[derive(Debug, Clone)]
+pub struct Candidate {
+    /// The memory.
+    pub memory: Memory,
+    /// Its standing in each list.
+    pub evidence: Evidence,
+    /// Only the beginning of its text was embedded.
+    pub truncated: bool,
+    /// Its text says when something happened.
+    pub mentions_time: bool,
+}
+
+impl Candidate {
+    fn new(memory: Memory, evidence: Evidence, truncated: bool) -> Self {
+        let mentions_time = mentions_time(&memory.text);
+        Self {
+            memory,
+            evidence,
+            truncated,
+            mentions_time,
+        }
+    }
+}
+
+/// The candidates of one search, ready to be ranked under any profile.
+#[derive(Debug, Clone)]
+pub struct Candidates {
+    /// Lexical hits in their order, then dense-only hits in theirs.
+    pub entries: Vec<Candidate>,
+    /// For each entry, the entries holding the turns just before and just after it in its
+    /// conversation, when they are candidates too.
+    pub neighbours: Vec<[Option<usize>; 2]>,
+    /// Whether each list was searched: (lexical, dense).
+    pub lists: (bool, bool),
+    /// The time window the query names, if any.
+    pub window: Option<TimeWindow>,
+    /// The query asks when something happened.
+    pub asks_when: bool,
+    /// "Now", for recency.
+    pub now: jiff::Timestamp,
+    /// Remarks for the user.
+    pub notices: Vec<String>,
+}
+
+/// How long after a named time window memories still get half its boost.
+const AFTER_WINDOW: jiff::SignedDuration = jiff::SignedDuration::from_hours(30 * 24);
+
+/// One entry's score and its parts, before they are written out for the user.
+#[derive(Debug, Clone, Copy, Default)]
+struct Breakdown {
+    score: f64,
+    relevance: f64,
+    from_neighbours: f64,
+    recency: f64,
+    importance: f64,
+    in_window: bool,
+    time_mention: bool,
+    contributions: Contributions,
+}
+
+impl Candidates {
+    fn breakdown(&self, profile: &RankingProfile) -> Vec<Breakdown> {
+        let evidence: Vec<Evidence> = self.entries.iter().map(|c| c.evidence).collect();
+        let parts = fuse_parts(profile, &evidence, self.lists);
+        let fused: Vec<f64> = parts.iter().map(|(l, d)| l + d).collect();
+        self.entries
+            .iter()
+            .zip(&self.neighbours)
+            .zip(&parts)
+            .map(|((candidate, neighbours), &(lexical, dense))| {
+                let own = lexical + dense;
+                let from_neighbours = if profile.neighbours > 0.0 {
+                    let best = neighbours
+                        .iter()
+                        .flatten()
+                        .filter_map(|&at| fused.get(at).copied())
+                        .fold(0.0f64, f64::max);
+                    profile.neighbours * best
+                } else {
+                    0.0
+                };
+                let relevance = own + from_neighbours;
+                let memory = &candidate.memory;
+                let recency = profile.recency_of(memory.created_at, self.now);
+                let importance = f64::from(memory.importance.get()) / 5.0;
+                let at = memory.created_at;
+                let (in_window, time_boost) = match &self.window {
+                    Some(w) if w.since <= at && at < w.until => (true, profile.time_match),
+                    Some(w) if w.until <= at && at < w.until + AFTER_WINDOW => {
+                        (true, profile.time_match / 2.0)
+                    }
+                    _ => (false, 0.0),
+                };
+                let time_mention = self.asks_when && candidate.mentions_time;
+                let contributions = Contributions {
+                    lexical: profile.relevance * lexical,
+                    dense: profile.relevance * dense,
+                    recency: profile.recency * recency,
+                    importance: profile.importance * importance,
+                    time_match: time_boost,
+                    time_mention: if time_mention {
+                        profile.time_mention
+                    } else {
+                        0.0
+                    },
+                    neighbours: profile.relevance * from_neighbours,
+                };
+                let score = profile.relevance * relevance
+                    + contributions.recency
+                    + contributions.importance
+                    + contributions.time_match
+                    + contributions.time_mention;
+                Breakdown {
+                    contributions,
+                    score,
+                    relevance,
+                    from_neighbours,
+                    recency,
+                    importance,
+                    in_window,
+                    time_mention,
+                }
+            })
+            .collect()
+    }
+
+    fn order_scored(&self, scores: &[Breakdown], limit: usize) -> Vec<usize> {
+        let mut order: Vec<usize> = (0..self.entries.len()).collect();
+        let by_score = |a: &usize, b: &usize| {
+            let (ma, mb) = (&self.entries[*a].memory, &self.entries[*b].memory);
+            scores[*b]
+                .score
+                .total_cmp(&scores[*a].score)
+                .then(mb.created_at.cmp(&ma.created_at))
+                .then(mb.id.cmp(&ma.id))
+        };
+        if limit < order.len() {
+            order.select_nth_unstable_by(limit, by_score);
+            order.truncate(limit);
+        }
+        order.sort_by(by_score);
+        order
+    }
+
+    /// Indices of the best `limit` entries under `profile`, best first (ties to the newest).
+    pub fn order(&self, profile: &RankingProfile, limit: usize) -> Vec<usize> {
+        self.order_scored(&self.breakdown(profile), limit)
+    }
+
+    /// The best `limit` hits under `profile`, best first, each with how its score came about.
+    pub fn rank(&self, profile: &RankingProfile, limit: usize) -> Vec<SearchHit> {
+        let scores = self.breakdown(profile);
+        self.order_scored(&scores, limit)
+            .into_iter()
+            .map(|at| {
+                let b = scores[at];
+                let candidate = &self.entries[at];
+                SearchHit {
+                    memory: candidate.memory.clone(),
+                    score: b.score,
+                    parts: ScoreParts {
+                        profile: profile.name.clone(),
+                        bm25: candidate.evidence.lexical.map(|(s, _)| s),
+                        lexical_rank: candidate.evidence.lexical.map(|(_, r)| r),
+                        similarity: candidate.evidence.dense.map(|(s, _)| s),
+                        dense_rank: candidate.evidence.dense.map(|(_, r)| r),
+                        relevance: b.relevance,
+                        recency: b.recency,
+                        importance: b.importance,
+                        time_match: self
+                            .window
+                            .as_ref()
+                            .filter(|_| b.in_window)
+                            .map(|w| w.phrase.clone()),
+                        time_mention: b.time_mention,
+                        from_neighbours: b.from_neighbours,
+                        truncated: candidate.truncated,
+                        contributions: b.contributions,
+                    },
+                }
+            })
+            .collect()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use engram_core::{Importance, Kind, Scope};
+
+    fn at(text: &str) -> jiff::Timestamp {
+        text.parse().unwrap()
+    }
+
+    fn memory(text: &str, created: &str) -> Memory {
+        let created_at = at(created);
+        Memory {
+            id: MemoryId::new(),
+            scope: Scope::user("u").with_session("s"),
+            kind: Kind::Episode,
+            text: text.into(),
+            category: None,
+            importance: Importance::new(3).unwrap(),
+            metadata: Default::default(),
+            created_at,
+            updated_at: created_at,
+            valid_from: created_at,
+            valid_to: None,
+            expires_at: None,
+            source: "test".into(),
+            content_hash: String::new(),
+        }
+    }
+
+    /// Lexical-only candidates with these BM25 scores, all created at `created`.
+    fn candidates(entries: &[(&str, f64, &str)], query: &str) -> Candidates {
+        let now = at("2024-06-30T12:00:00Z");
+        let entries: Vec<Candidate> = entries
+            .iter()
+            .enumerate()
+            .map(|(rank, &(text, bm25, created))| {
+                Candidate::new(
+                    memory(text, created),
+                    Evidence {
+                        lexical: Some((bm25, rank + 1)),
+                        dense: None,
+                    },
+                    false,
+                )
+            })
+            .collect();
+        Candidates {
+            neighbours: vec![[None; 2]; entries.len()],
+            entries,
+            lists: (true, false),
+            window: time_window(query, now, &jiff::tz::TimeZone::UTC),
+            asks_when: asks_when(query),
+            now,
+            notices: Vec::new(),
+        }
+    }
+
+    fn plain() -> RankingProfile {
+        RankingProfile {
+            recency: 0.0,
+            importance: 0.0,
+            time_match: 0.0,
+            ..RankingProfile::balanced()
+        }
+    }
+
+    #[test]
+    fn a_turn_next_to_a_strong_one_gains_a_share_of_it() {
+        let day = "2024-06-01T10:00:00Z";
+        let mut c = candidates(
+            &[
+                ("strong", 10.0, day),
+                ("weak", 4.0, day),
+                ("middling", 5.0, day),
+            ],
+            "anything",
+        );
+        assert_eq!(c.order(&plain(), 3), [0, 2, 1]);
+        // "weak" follows "strong" in its conversation.
+        c.neighbours[1] = [Some(0), None];
+        c.neighbours[0] = [None, Some(1)];
+        let profile = RankingProfile {
+            neighbours: 0.2,
+            ..plain()
+        };
+        assert_eq!(c.order(&profile, 3), [0, 1, 2]);
+        let hits = c.rank(&profile, 3);
+        assert!((hits[1].parts.from_neighbours - 0.2).abs() < 1e-9);
+        assert!((hits[1].parts.relevance - 0.6).abs() < 1e-9);
+    }
+
+    #[test]
+    fn when_questions_favour_memories_that_say_when() {
+        let day = "2024-06-01T10:00:00Z";
+        let entries = [
+            ("we talked about the trip", 6.0, day),
+            ("the trip was last week", 5.0, day),
+        ];
+        let profile = RankingProfile {
+            time_mention: 0.2,
+            ..plain()
+        };
+        let asked = candidates(&entries, "When was the trip?");
+        assert_eq!(asked.order(&profile, 2), [1, 0]);
+        assert!(asked.rank(&profile, 2)[0].parts.time_mention);
+        // Not a question about when: relevance alone decides.
+        let other = candidates(&entries, "Where did the trip go?");
+        assert_eq!(other.order(&profile, 2), [0, 1]);
+    }
+
+    #[test]
+    fn a_named_month_boosts_its_memories_fully_and_the_month_after_by_half() {
+        let entries = [
+            ("said in april", 10.0, "2024-04-10T10:00:00Z"),
+            ("said in may", 9.0, "2024-05-10T10:00:00Z"),
+            ("said in early june", 9.5, "2024-06-05T10:00:00Z"),
+        ];
+        let profile = RankingProfile {
+            time_match: 0.2,
+            ..plain()
+        };
+        let c = candidates(&entries, "what happened in May 2024");
+        let hits = c.rank(&profile, 3);
+        let texts: Vec<&str> = hits.iter().map(|h| h.memory.text.as_str()).collect();
+        assert_eq!(
+            texts,
+            ["said in may", "said in early june", "said in april"]
+        );
+        let boost = |i: usize| hits[i].score - profile.relevance * hits[i].parts.relevance;
+        assert!((boost(0) - 0.2).abs() < 1e-9);
+        assert!((boost(1) - 0.1).abs() < 1e-9);
+        assert_eq!(hits[2].parts.time_match, None);
+    }
+
+    #[test]
+    fn order_and_rank_agree_and_ties_go_to_the_newest() {
+        let c = candidates(
+            &[
+                ("older", 5.0, "2024-01-01T00:00:00Z"),
+                ("newer", 5.0, "2024-02-01T00:00:00Z"),
+                ("best", 7.0, "2023-01-01T00:00:00Z"),
+            ],
+            "x",
+        );
+        let p = plain();
+        let order = c.order(&p, 2);
+        assert_eq!(order, [2, 1]);
+        let hits: Vec<String> = c.rank(&p, 2).into_iter().map(|h| h.memory.text).collect();
+        assert_eq!(hits, ["best", "newer"]);
     }
 }

@@ -2,7 +2,8 @@
 //!
 //! A query that names a time is asking about memories from then. [`time_window`] finds the
 //! first such phrase and turns it into a window of time, read in the user's zone relative to
-//! now; ranking then favours memories created inside it.
+//! now; ranking then favours memories created inside it. A query that asks *when* something
+//! happened ([`asks_when`]) is best answered by a memory that says when ([`mentions_time`]).
 
 use jiff::civil::{Date, Weekday};
 use jiff::tz::TimeZone;
@@ -219,6 +220,70 @@ pub fn time_window(query: &str, now: Timestamp, tz: &TimeZone) -> Option<TimeWin
     None
 }
 
+fn lowercase_words(text: &str) -> Vec<String> {
+    text.split(|c: char| !c.is_alphanumeric())
+        .filter(|w| !w.is_empty())
+        .map(str::to_lowercase)
+        .collect()
+}
+
+/// Whether the query asks when something happened: "When did ...", "What year ...", "How long
+/// ago ...".
+pub fn asks_when(query: &str) -> bool {
+    let words = lowercase_words(query);
+    let w = |i: usize| words.get(i).map(String::as_str).unwrap_or("");
+    if w(0) == "when" {
+        return true;
+    }
+    (0..words.len()).any(|i| {
+        matches!(
+            (w(i), w(i + 1), w(i + 2)),
+            (
+                "what" | "which",
+                "year" | "month" | "date" | "day" | "week" | "time",
+                _
+            ) | ("since", "when", _)
+                | ("how", "long", "ago")
+        )
+    })
+}
+
+/// Whether a text says when something happened: a relative time ("yesterday", "last week",
+/// "two days ago", "this weekend"), a weekday, a month named as a date, or a year.
+pub fn mentions_time(text: &str) -> bool {
+    let words = lowercase_words(text);
+    let w = |i: usize| words.get(i).map(String::as_str).unwrap_or("");
+    (0..words.len()).any(|i| match w(i) {
+        "yesterday" | "today" | "tonight" | "tomorrow" | "ago" | "recently" | "lately"
+        | "weekend" => true,
+        "last" | "next" | "this" | "past" => matches!(
+            w(i + 1),
+            "week"
+                | "month"
+                | "year"
+                | "night"
+                | "morning"
+                | "afternoon"
+                | "evening"
+                | "summer"
+                | "winter"
+                | "spring"
+                | "fall"
+                | "autumn"
+        ),
+        word if WEEKDAYS.iter().any(|(name, _)| *name == word) => true,
+        // Full month names only ("mar" or "jan" in a text are rarely dates); "may" only as a
+        // date ("in May", "May 5", "May 2023").
+        "may" => {
+            w(i.wrapping_sub(1)) == "in"
+                || w(i + 1).parse::<u16>().is_ok_and(|n| (1..=31).contains(&n))
+                || year(w(i + 1)).is_some()
+        }
+        word if word.len() > 3 && MONTHS.contains(&word) => true,
+        word => year(word).is_some(),
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -316,6 +381,49 @@ mod tests {
     }
 
     #[test]
+    fn questions_about_when() {
+        for q in [
+            "When did Ana move to Lisbon?",
+            "What year did we buy the car",
+            "which month was the trip",
+            "How long ago did I start running?",
+        ] {
+            assert!(asks_when(q), "{q}");
+        }
+        for q in [
+            "What did Ana say when she moved?",
+            "where is the car",
+            "what is my favourite colour",
+        ] {
+            assert!(!asks_when(q), "{q}");
+        }
+    }
+
+    #[test]
+    fn texts_that_say_when() {
+        for t in [
+            "We went hiking yesterday!",
+            "I started two weeks ago",
+            "Last week was busy",
+            "the concert on Saturday",
+            "back in May we moved",
+            "it opened in 2019",
+            "see you this weekend",
+            "my birthday is on 3 August",
+        ] {
+            assert!(mentions_time(t), "{t}");
+        }
+        for t in [
+            "I may go",
+            "that was the last straw",
+            "I love painting",
+            "she has 1000 followers",
+        ] {
+            assert!(!mentions_time(t), "{t}");
+        }
+    }
+
+    #[test]
     fn windows_follow_the_time_zone() {
         let tokyo = TimeZone::get("Asia/Tokyo").unwrap();
         // 15:00 UTC is already the next day in Tokyo.
@@ -324,6 +432,12 @@ mod tests {
     }
 
     proptest! {
+        #[test]
+        fn time_words_never_panic(text in "\\PC{0,60}") {
+            let _ = asks_when(&text);
+            let _ = mentions_time(&text);
+        }
+
         #[test]
         fn never_panics_and_windows_are_ordered(query in "\\PC{0,60}") {
             if let Some(w) = time_window(&query, now(), &TimeZone::UTC) {

@@ -312,3 +312,71 @@ async fn the_reference_profile_weighs_recency_and_importance() {
     assert_eq!(results.hits[1].parts.recency, 0.0);
     assert_eq!(recent.parts.profile, "reference");
 }
+
+#[tokio::test]
+async fn a_turn_shares_in_the_relevance_of_the_turn_next_to_it() {
+    let f = fixture();
+    let at: Timestamp = "2024-05-10T18:00:00Z".parse().unwrap();
+    let turns = [
+        "Anna: Did you ever finish the pottery course?",
+        "Ben: Yes, twice in fact, the glazing part was the best",
+        "Anna: Nice. The weather has been awful all week",
+        "Ben: A pottery course is on my list too, once work calms down",
+    ];
+    let batch = turns
+        .iter()
+        .map(|text| NewMemory::new(Scope::user("u").with_session("chat-1"), *text).at(at))
+        .collect();
+    for outcome in f.store.add_many(batch, "test").unwrap() {
+        assert!(matches!(outcome.unwrap(), AddOutcome::Added(_)));
+    }
+    let request = SearchRequest {
+        filter: Filter::user("u"),
+        query: "did Ben finish the pottery course".into(),
+        limit: 4,
+    };
+    // Lexical only: the plain profile ranks the answer ("Yes, twice...") by its own words and
+    // those of the question it answers, which its document carries.
+    let plain = Searcher::new(f.store.clone()).with_profile(RankingProfile::relevance());
+    let neighbourly = Searcher::new(f.store.clone()).with_profile(RankingProfile {
+        neighbours: 0.5,
+        ..RankingProfile::relevance()
+    });
+    let rank_of_answer = |hits: &[engram_memory::SearchHit]| {
+        hits.iter()
+            .position(|h| h.memory.text.starts_with("Ben: Yes"))
+            .unwrap()
+    };
+    let before = plain.search(&request).await.unwrap().hits;
+    let after = neighbourly.search(&request).await.unwrap().hits;
+    assert!(before.iter().all(|h| h.parts.from_neighbours == 0.0));
+    let answer = &after[rank_of_answer(&after)];
+    assert!(answer.parts.from_neighbours > 0.0, "{:?}", answer.parts);
+    // Its share is half of its best neighbour's own relevance.
+    let best_neighbour = after
+        .iter()
+        .filter(|h| {
+            h.memory.text.starts_with("Anna: Did") || h.memory.text.starts_with("Anna: Nice")
+        })
+        .map(|h| h.parts.relevance - h.parts.from_neighbours)
+        .fold(0.0f64, f64::max);
+    assert!((answer.parts.from_neighbours - 0.5 * best_neighbour).abs() < 1e-9);
+    assert!(rank_of_answer(&after) <= rank_of_answer(&before));
+    // A memory outside any conversation has no neighbours.
+    f.store
+        .add(
+            NewMemory::new(Scope::user("u"), "pottery course notes").at(at),
+            "test",
+        )
+        .unwrap();
+    let request = SearchRequest {
+        limit: 10,
+        ..request
+    };
+    let loose = neighbourly.search(&request).await.unwrap().hits;
+    let notes = loose
+        .iter()
+        .find(|h| h.memory.text == "pottery course notes")
+        .unwrap();
+    assert_eq!(notes.parts.from_neighbours, 0.0);
+}

@@ -761,6 +761,47 @@ impl PgStore {
             .map(|r| r.get(0)))
     }
 
+    /// See [`engram_core::MemoryStore::previous_turns`]: the rule of `contexts_for_new` and
+    /// `context_of_stored` in lexical.rs (and of the SQLite engine), one query for all.
+    pub(crate) async fn previous_turns(
+        &self,
+        user_id: &str,
+        ids: &[MemoryId],
+    ) -> Result<Vec<Option<MemoryId>>, StoreError> {
+        if ids.is_empty() {
+            return Ok(Vec::new());
+        }
+        let uuids: Vec<uuid::Uuid> = ids.iter().map(|id| *id.as_uuid()).collect();
+        let client = self.client().await?;
+        let rows = client
+            .query(
+                "SELECT q.i, p.id FROM unnest($1::uuid[]) WITH ORDINALITY AS q(id, i) \
+                 JOIN memories m ON m.id = q.id AND m.user_id = $2 \
+                     AND m.kind = 'episode' AND m.session_id IS NOT NULL \
+                 CROSS JOIN LATERAL (SELECT p.id FROM memories p \
+                     WHERE p.user_id = m.user_id AND p.session_id = m.session_id \
+                     AND p.kind = 'episode' AND p.doc <> m.doc \
+                     AND (p.created_at < m.created_at \
+                          OR (p.created_at = m.created_at AND p.doc < m.doc)) \
+                     ORDER BY p.created_at DESC, p.doc DESC LIMIT 1) p",
+                &[&uuids, &user_id],
+            )
+            .await
+            .map_err(|e| self.err(e))?;
+        let mut out = vec![None; ids.len()];
+        for row in rows {
+            let ordinal: i64 = row.get(0);
+            let previous: uuid::Uuid = row.get(1);
+            if let Some(slot) = usize::try_from(ordinal - 1)
+                .ok()
+                .and_then(|i| out.get_mut(i))
+            {
+                *slot = Some(MemoryId::from(previous));
+            }
+        }
+        Ok(out)
+    }
+
     /// See [`engram_core::MemoryStore::stats`].
     pub(crate) async fn stats(&self) -> Result<StoreStats, StoreError> {
         let now = micros(self.now());

@@ -142,6 +142,14 @@ impl MemoryStore for PgStore {
         PgStore::vector_models(self).await
     }
 
+    async fn previous_turns(
+        &self,
+        user_id: &str,
+        ids: &[MemoryId],
+    ) -> Result<Vec<Option<MemoryId>>, StoreError> {
+        PgStore::previous_turns(self, user_id, ids).await
+    }
+
     fn tune_dense_search(&self, tuning: DenseTuning) {
         let state = &self.dense_state;
         state

@@ -244,8 +244,23 @@ async fn same_everything(pair: &Pair, ids: &[MemoryId], rng: &mut Rng) {
         let b = pair.pg.history(*id).await.map_err(|e| e.to_string());
         assert_eq!(a, b, "history of {id}");
     }
+    // The turn before each memory in its conversation (ranking's neighbours), asked as each
+    // user: only the user's own episodes of a session have one.
+    let mut linked = 0;
+    for user in ["user-0", "user-1", "user-2"] {
+        let a = pair.sqlite.previous_turns(user, ids).unwrap();
+        let b = pair.pg.previous_turns(user, ids).await.unwrap();
+        assert_eq!(a, b, "previous turns as {user}");
+        linked += a.iter().flatten().count();
+    }
     let found = same_searches(pair, rng).await;
     let a = pair.sqlite.stats().unwrap();
+    if a.memories >= 100 {
+        assert!(
+            linked >= 20,
+            "only {linked} memories had a turn before them"
+        );
+    }
     if a.memories >= 100 {
         assert!(found >= 20, "only {found} searches found anything");
     }

@@ -245,6 +245,15 @@ impl MemoryStore for SqliteStore {
         self.run(|db| db.vector_models()).await
     }
 
+    async fn previous_turns(
+        &self,
+        user_id: &str,
+        ids: &[MemoryId],
+    ) -> Result<Vec<Option<MemoryId>>, StoreError> {
+        let (user_id, ids) = (user_id.to_string(), ids.to_vec());
+        self.run(move |db| db.previous_turns(&user_id, &ids)).await
+    }
+
     async fn warm_dense_index(&self, model: &str) -> Result<Option<DenseIndexStats>, StoreError> {
         let model = model.to_string();
         let stats = self.run(move |db| db.warm_vector_index(&model)).await?;

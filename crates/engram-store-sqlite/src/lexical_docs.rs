@@ -13,13 +13,23 @@
 //! lookups (the classic rent-or-buy rule: never more than twice the cost of the better choice).
 
 use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 
 use engram_core::{Filter, Kind};
 use rusqlite::Connection;
 
+use crate::topk::Impacts;
+
 /// How many memories' facts the cache holds at most, over all users (about 32 bytes each).
 const MAX_CACHED_DOCS: usize = 2_000_000;
+/// Bytes of impact lists (see [`crate::topk`]) the cache holds at most, over all users.
+const MAX_IMPACT_BYTES: usize = 64 << 20;
+/// Only lists at least this long are kept: shorter ones cost little to read again.
+pub(crate) const LONG_LIST: usize = 1024;
+
+/// Tells loads of facts apart, so an impact list is only used with the facts it indexes.
+static LOADS: AtomicU64 = AtomicU64::new(1);
 
 /// One memory as BM25 ranking sees it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -43,6 +53,8 @@ pub(crate) struct DocFacts {
 pub(crate) struct UserDocs {
     generation: i64,
     docs: Vec<DocFacts>,
+    /// Which load this is (impact lists name documents by their position here).
+    load: u64,
 }
 
 impl UserDocs {
@@ -72,7 +84,29 @@ impl UserDocs {
         }
         docs.sort_unstable_by_key(|d| d.rowid);
         docs.shrink_to_fit();
-        Ok(Self { generation, docs })
+        Ok(Self {
+            generation,
+            docs,
+            load: LOADS.fetch_add(1, Ordering::Relaxed),
+        })
+    }
+
+    /// How many memories the facts cover.
+    pub fn len(&self) -> usize {
+        self.docs.len()
+    }
+
+    /// Where the memory in `rowid` sits among the facts.
+    pub fn position(&self, rowid: i64) -> Option<u32> {
+        self.docs
+            .binary_search_by_key(&rowid, |d| d.rowid)
+            .ok()
+            .and_then(|at| u32::try_from(at).ok())
+    }
+
+    /// The facts at a position [`Self::position`] gave.
+    pub fn at(&self, position: u32) -> &DocFacts {
+        &self.docs[position as usize]
     }
 
     /// The facts of the memory in `rowid`, if it existed when the entry was loaded.
@@ -145,10 +179,43 @@ struct Entry {
     last_used: u64,
 }
 
-/// Per-user [`UserDocs`], shared by every search of one store handle.
+/// Per-user [`UserDocs`], shared by every search of one store handle, and the impact lists of
+/// the long posting lists searched (keyed by user and term).
 #[derive(Debug, Default)]
 pub(crate) struct LexicalDocCache {
     state: Mutex<CacheState>,
+    impacts: Mutex<ImpactCache>,
+    /// Searches ranked by the threshold algorithm / by scoring every candidate.
+    pub(crate) by_impacts: AtomicU64,
+    pub(crate) exhaustive: AtomicU64,
+}
+
+/// How many lexical searches took each path since a store handle was opened.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct LexicalSearchCounts {
+    /// The best k found by the threshold algorithm over impact lists (cost follows k).
+    pub by_impacts: u64,
+    /// Every candidate scored (phrases, filters only SQL decides, facts not yet held).
+    pub exhaustive: u64,
+}
+
+/// What an impact list was computed from: the facts' load, and the user's document count and
+/// total length (which its idf and length normalisation depend on).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct ImpactKey {
+    /// [`UserDocs`] load.
+    pub load: u64,
+    /// The user's documents.
+    pub documents: i64,
+    /// Their summed length.
+    pub terms: i64,
+}
+
+#[derive(Debug, Default)]
+struct ImpactCache {
+    lists: HashMap<(String, String), (ImpactKey, Arc<Impacts>, u64)>,
+    bytes: usize,
+    tick: u64,
 }
 
 #[derive(Debug, Default)]
@@ -214,6 +281,81 @@ impl LexicalDocCache {
         }
         state.evict_beyond(MAX_CACHED_DOCS, user_id);
         Ok(Some(docs))
+    }
+}
+
+impl LexicalDocCache {
+    /// How many searches took each path.
+    pub fn counts(&self) -> LexicalSearchCounts {
+        LexicalSearchCounts {
+            by_impacts: self.by_impacts.load(Ordering::Relaxed),
+            exhaustive: self.exhaustive.load(Ordering::Relaxed),
+        }
+    }
+
+    /// The user's facts if they are loaded at `generation`; counts nothing, loads nothing.
+    pub fn loaded(&self, user_id: &str, generation: i64) -> Option<Arc<UserDocs>> {
+        let state = lock(&self.state);
+        state
+            .users
+            .get(user_id)
+            .and_then(|entry| entry.docs.as_ref())
+            .filter(|docs| docs.generation == generation)
+            .cloned()
+    }
+
+    /// The impact list kept for `term` of `user_id`, if it was computed under `key`.
+    pub fn impacts(&self, user_id: &str, term: &str, key: ImpactKey) -> Option<Arc<Impacts>> {
+        let mut cache = lock(&self.impacts);
+        cache.tick += 1;
+        let tick = cache.tick;
+        let entry = cache
+            .lists
+            .get_mut(&(user_id.to_string(), term.to_string()))?;
+        if entry.0 != key {
+            return None;
+        }
+        entry.2 = tick;
+        Some(Arc::clone(&entry.1))
+    }
+
+    /// Keeps a long impact list for later searches, dropping the least recently used ones
+    /// beyond the budget.
+    pub fn keep_impacts(&self, user_id: &str, term: &str, key: ImpactKey, list: Arc<Impacts>) {
+        if list.len() < LONG_LIST || list.bytes() > MAX_IMPACT_BYTES / 4 {
+            return;
+        }
+        let mut cache = lock(&self.impacts);
+        cache.tick += 1;
+        let tick = cache.tick;
+        let bytes = list.bytes();
+        if let Some(old) = cache
+            .lists
+            .insert((user_id.to_string(), term.to_string()), (key, list, tick))
+        {
+            cache.bytes = cache.bytes.saturating_sub(old.1.bytes());
+        }
+        cache.bytes += bytes;
+        while cache.bytes > MAX_IMPACT_BYTES {
+            let Some(victim) = cache
+                .lists
+                .iter()
+                .min_by_key(|(_, (_, _, used))| *used)
+                .map(|(k, _)| k.clone())
+            else {
+                break;
+            };
+            if let Some((_, list, _)) = cache.lists.remove(&victim) {
+                cache.bytes = cache.bytes.saturating_sub(list.bytes());
+            }
+        }
+    }
+}
+
+impl UserDocs {
+    /// This load's identity, for [`ImpactKey`].
+    pub fn load_id(&self) -> u64 {
+        self.load
     }
 }
 
@@ -358,6 +500,7 @@ mod tests {
                     docs: Some(Arc::new(UserDocs {
                         generation: 0,
                         docs: vec![doc(1, 0, i64::MAX, Kind::Fact, 3); 10],
+                        load: 0,
                     })),
                     generation: 0,
                     looked_up: 0,

@@ -21,12 +21,14 @@ mod rows;
 pub mod schema;
 mod store;
 pub mod tokens;
+mod topk;
 mod transfer;
 mod vectors;
 
 pub use ann::{IndexBuild, VectorIndexOptions, VectorIndexStats, VectorSearchCounts};
 pub use engine::SqliteStore;
 pub use store::{Database, ENGINE, StoreOptions};
+pub use lexical_docs::LexicalSearchCounts;
 
 /// The database file's name inside ENGRAM_HOME.
 pub const DATABASE_FILE: &str = "engram.db";

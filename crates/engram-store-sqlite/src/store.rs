@@ -22,9 +22,10 @@ use crate::ann::{VectorIndexOptions, VectorIndexStats, VectorIndexes, VectorSear
 use crate::error::from_sqlite;
 use crate::fts;
 use crate::lexical;
-use crate::lexical_docs::{FactFilter, LexicalDocCache};
+use crate::lexical_docs::{FactFilter, ImpactKey, LexicalDocCache, LexicalSearchCounts};
 use crate::rows::{MEMORY_COLUMN_COUNT, MEMORY_COLUMNS, filter_sql, memory_from_row, micros};
 use crate::schema::{APPLICATION_ID, MIGRATIONS, latest_version};
+use crate::topk::{self, Impacts};
 use crate::vectors;
 
 /// How a store is opened.
@@ -433,6 +434,28 @@ impl Database {
         }
         let average_length = total_terms / documents;
 
+        // Words only (no phrase), a filter the facts decide, facts loaded: the best `limit` by
+        // the threshold algorithm over impact lists, whatever the lists' lengths.
+        if let Some(fact_filter) = FactFilter::new(filter, micros(now))
+            && alternatives.iter().all(|terms| terms.len() == 1)
+            && let Some(found) = self.rank_by_impacts(
+                conn,
+                &filter.user_id,
+                &fact_filter,
+                alternatives,
+                (documents, total_terms, generation),
+                limit,
+            )?
+        {
+            self.lexical_docs
+                .by_impacts
+                .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            return Ok(found);
+        }
+        self.lexical_docs
+            .exhaustive
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+
         // Each alternative's documents with their term frequency, sorted by document. A single
         // word needs only its per-document counts; positions are read only for the terms of a
         // phrase (a run of unspaced-script characters).
@@ -566,6 +589,77 @@ impl Database {
         Ok(scored.into_iter().map(|(s, _, rowid)| (rowid, s)).collect())
     }
 
+    /// [`Self::rank_lexical`] for single words when the user's facts are loaded and cover every
+    /// document: each word's contributions as an impact list (kept for long lists, see
+    /// `lexical_docs`), then the threshold algorithm (`topk`). Same hits and scores as scoring
+    /// every candidate; `None` when it cannot run (the caller then scores every candidate).
+    fn rank_by_impacts(
+        &self,
+        conn: &Connection,
+        user_id: &str,
+        fact_filter: &FactFilter,
+        alternatives: &[Vec<String>],
+        (documents, total_terms, generation): (f64, f64, i64),
+        limit: usize,
+    ) -> rusqlite::Result<Option<Vec<(i64, f64)>>> {
+        let Some(docs) = self.lexical_docs.loaded(user_id, generation) else {
+            return Ok(None);
+        };
+        if docs.len() as f64 != documents {
+            // Memories added since the facts were read: the exhaustive path looks them up.
+            return Ok(None);
+        }
+        let average_length = total_terms / documents;
+        let key = ImpactKey {
+            load: docs.load_id(),
+            documents: documents as i64,
+            terms: total_terms as i64,
+        };
+        let mut occurrences =
+            conn.prepare_cached("SELECT doc FROM memories_fts_instance WHERE term = ?1")?;
+        let mut lists: Vec<Arc<Impacts>> = Vec::with_capacity(alternatives.len());
+        for term in alternatives.iter().flatten() {
+            if let Some(list) = self.lexical_docs.impacts(user_id, term, key) {
+                lists.push(list);
+                continue;
+            }
+            let frequencies =
+                lexical::count_runs(occurrences.query_map([term], |row| row.get(0))?)?;
+            let idf = lexical::idf(documents, frequencies.len() as f64);
+            let mut entries = Vec::with_capacity(frequencies.len());
+            for (rowid, tf) in frequencies {
+                let Some(position) = docs.position(rowid) else {
+                    return Ok(None);
+                };
+                let length = f64::from(docs.at(position).length);
+                entries.push((
+                    position,
+                    lexical::term_score(idf, f64::from(tf), length, average_length),
+                ));
+            }
+            let list = Arc::new(Impacts::new(entries));
+            self.lexical_docs
+                .keep_impacts(user_id, term, key, Arc::clone(&list));
+            lists.push(list);
+        }
+        let lists: Vec<&Impacts> = lists.iter().map(|l| l.as_ref()).collect();
+        let found = topk::top_k(
+            &lists,
+            limit,
+            |position| fact_filter.admits(docs.at(position)),
+            |position| {
+                let doc = docs.at(position);
+                (doc.created_at, doc.rowid)
+            },
+        );
+        Ok(Some(
+            found
+                .into_iter()
+                .map(|(position, score)| (docs.at(position).rowid, score))
+                .collect(),
+        ))
+    }
+
     fn get_in(&self, conn: &Connection, id: MemoryId) -> Result<(i64, Memory), StoreError> {
         let sql = format!("SELECT {MEMORY_COLUMNS}, m.rowid FROM memories m WHERE m.id = ?1");
         conn.prepare_cached(&sql)
@@ -598,6 +692,11 @@ impl Database {
     /// How many vector searches took each path since this handle was opened.
     pub fn vector_search_counts(&self) -> VectorSearchCounts {
         self.vector_indexes.counts()
+    }
+
+    /// How many lexical searches took each path since this handle was opened.
+    pub fn lexical_search_counts(&self) -> LexicalSearchCounts {
+        self.lexical_docs.counts()
     }
 }
 // ---- end of the approximate vector index ----
@@ -1563,6 +1662,48 @@ impl Database {
         self.read(|conn| {
             self.vector_indexes
                 .search(conn, model, filter, query, limit, now)
+        })
+    }
+
+    /// See [`engram_core::MemoryStore::previous_turns`].
+    pub fn previous_turns(
+        &self,
+        user_id: &str,
+        ids: &[MemoryId],
+    ) -> Result<Vec<Option<MemoryId>>, StoreError> {
+        if ids.is_empty() {
+            return Ok(Vec::new());
+        }
+        self.read(|conn| {
+            // The same rule as `conversation_context`, which picks the words indexed with a turn.
+            let mut stmt = conn
+                .prepare_cached(
+                    "SELECT (SELECT p.id FROM memories p \
+                       WHERE p.user_id = m.user_id AND p.session_id = m.session_id \
+                       AND p.kind = 'episode' AND p.rowid <> m.rowid \
+                       AND (p.created_at < m.created_at \
+                            OR (p.created_at = m.created_at AND p.rowid < m.rowid)) \
+                       ORDER BY p.created_at DESC, p.rowid DESC LIMIT 1) \
+                     FROM memories m WHERE m.id = ?1 AND m.user_id = ?2 \
+                     AND m.kind = 'episode' AND m.session_id IS NOT NULL",
+                )
+                .map_err(|e| self.err(e))?;
+            ids.iter()
+                .map(|id| {
+                    let previous: Option<Option<String>> = stmt
+                        .query_row(params![id.to_string(), user_id], |r| r.get(0))
+                        .optional()
+                        .map_err(|e| self.err(e))?;
+                    previous
+                        .flatten()
+                        .map(|text| {
+                            text.parse().map_err(|_| {
+                                StoreError::Backend(format!("stored id '{text}' is not a UUID"))
+                            })
+                        })
+                        .transpose()
+                })
+                .collect()
         })
     }
 

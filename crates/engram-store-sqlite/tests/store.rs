@@ -435,6 +435,73 @@ fn export_hands_over_everything_oldest_first() {
 }
 
 #[test]
+fn previous_turns_follow_each_conversation() {
+    let f = fixture();
+    let at = t("2024-05-01T10:00:00Z");
+    let turn = |session: &str, text: &str, minutes: i64| {
+        NewMemory::new(Scope::user("u").with_session(session), text)
+            .at(at + SignedDuration::from_mins(minutes))
+    };
+    let ids: Vec<MemoryId> = f
+        .store
+        .add_many(
+            vec![
+                turn("s1", "first", 0),
+                turn("s1", "second", 1),
+                // Same time as "second", stored after it: it follows it.
+                turn("s1", "third", 1),
+                turn("s2", "other conversation", 2),
+                // Stored later but earlier in time: it comes first in its conversation.
+                turn("s1", "zeroth", -5),
+                turn("s1", "a fact, not a turn", 3).with_kind(Kind::Fact),
+                NewMemory::new(Scope::user("u"), "no session").at(at),
+            ],
+            "test",
+        )
+        .unwrap()
+        .into_iter()
+        .map(|o| match o.unwrap() {
+            AddOutcome::Added(m) => m.id,
+            other => panic!("{other:?}"),
+        })
+        .collect();
+    let [first, second, third, other, zeroth, fact, loose] = ids[..] else {
+        panic!("seven memories");
+    };
+    let someone_elses = add(&f.store, "v", "not yours");
+    let previous = f
+        .store
+        .previous_turns(
+            "u",
+            &[
+                first,
+                second,
+                third,
+                other,
+                zeroth,
+                fact,
+                loose,
+                someone_elses,
+            ],
+        )
+        .unwrap();
+    assert_eq!(
+        previous,
+        [
+            Some(zeroth),
+            Some(first),
+            Some(second),
+            None,
+            None,
+            None,
+            None,
+            None
+        ]
+    );
+    assert!(f.store.previous_turns("u", &[]).unwrap().is_empty());
+}
+
+#[test]
 fn a_short_top_list_is_exactly_the_head_of_the_full_ranking() {
     // Thousands of candidates share common words; a few hold rare ones. The top 10 (found by
     // scoring the best bounds first) must be the first 10 of ranking every candidate, filters
@@ -812,6 +879,128 @@ mod files {
 mod properties {
     use super::*;
     use proptest::prelude::*;
+
+    /// Memories written from eight words, each in about a quarter to a half of them (long posting
+    /// lists, kept as impact lists), with lengths, kinds, importances, times and closings that
+    /// vary.
+    fn common_word_store(seed: u64, docs: usize) -> Fixture {
+        let f = fixture();
+        let now = f.clock.now();
+        let words = [
+            "work", "today", "anna", "coffee", "river", "plan", "call", "late",
+        ];
+        let mut state = seed | 1;
+        let mut next = move || {
+            state ^= state << 13;
+            state ^= state >> 7;
+            state ^= state << 17;
+            state
+        };
+        let mut batch = Vec::with_capacity(docs);
+        for i in 0..docs {
+            let mut text = format!("entry {i}");
+            for (j, word) in words.iter().enumerate() {
+                // Word j is in roughly 1 / (2 + j % 3) of the memories, sometimes twice.
+                if next() % (2 + j as u64 % 3) == 0 {
+                    text.push(' ');
+                    text.push_str(word);
+                    if next() % 5 == 0 {
+                        text.push(' ');
+                        text.push_str(word);
+                    }
+                }
+            }
+            for _ in 0..next() % 9 {
+                text.push_str(" filler");
+            }
+            let r = next();
+            let mut memory = NewMemory::new(Scope::user("u"), text)
+                .with_kind(Kind::ALL[(r % 5) as usize])
+                .with_importance(Importance::new((r / 5 % 5 + 1) as i64).unwrap())
+                .with_meta("all", json!("yes"));
+            // Coarse times make ties that the creation time alone cannot break.
+            memory.created_at = Some(now - SignedDuration::from_hours((r / 25 % 40) as i64));
+            if r % 13 == 0 {
+                memory.expires_at = Some(now - SignedDuration::from_hours(1));
+            }
+            batch.push(memory);
+        }
+        batch.push(
+            NewMemory::new(Scope::user("v"), "work today anna").with_meta("all", json!("yes")),
+        );
+        f.store.add_many(batch, "test").unwrap();
+        f
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(6))]
+        /// Long lists ranked by the threshold algorithm over held impact lists (after the first
+        /// searches load the facts) are exactly the table's exhaustive ranking: same memories,
+        /// same order, same scores to the bit, under every filter the facts decide, for any k,
+        /// and again after memories change.
+        #[test]
+        fn common_word_rankings_are_exactly_the_exhaustive_ones(
+            seed in any::<u64>(),
+            queries in proptest::collection::vec(
+                proptest::collection::vec(0usize..9, 1..5), 3),
+            k in prop_oneof![Just(1usize), Just(10), Just(100), 1usize..300],
+        ) {
+            let f = common_word_store(seed, 3_000);
+            let vocabulary = ["work", "today", "anna", "coffee", "river", "plan", "call", "late", "filler"];
+            let now = f.clock.now();
+            let filters = [
+                Filter::user("u"),
+                Filter {
+                    kinds: vec![Kind::Episode, Kind::Fact],
+                    min_importance: Some(Importance::new(2).unwrap()),
+                    ..Filter::user("u")
+                },
+                Filter {
+                    since: Some(now - SignedDuration::from_hours(30)),
+                    until: Some(now - SignedDuration::from_hours(5)),
+                    include_closed: true,
+                    ..Filter::user("u")
+                },
+            ];
+            let ranked = |filter: &Filter, query: &str| -> Vec<(MemoryId, u64)> {
+                f.store
+                    .search_lexical(filter, query, k)
+                    .unwrap()
+                    .into_iter()
+                    .map(|h| (h.memory.id, h.bm25.to_bits()))
+                    .collect()
+            };
+            let compare = |round: &str| -> Result<(), TestCaseError> {
+                for words in &queries {
+                    let query: Vec<&str> = words.iter().map(|&w| vocabulary[w]).collect();
+                    let query = query.join(" ");
+                    for filter in &filters {
+                        let mut in_sql = filter.clone();
+                        in_sql.metadata.push(MetaCondition { key: "all".into(), value: "yes".into() });
+                        let table = ranked(&in_sql, &query);
+                        // Asked twice: the first search may still be the one that loads the facts.
+                        for _ in 0..2 {
+                            prop_assert_eq!(&ranked(filter, &query), &table, "{} {} {:?}", round, query, filter);
+                        }
+                    }
+                }
+                Ok(())
+            };
+            compare("before changes")?;
+            let counts = f.store.lexical_search_counts();
+            prop_assert!(counts.by_impacts > 0 && counts.exhaustive > 0, "{:?}", counts);
+            let top = f.store.search_lexical(&Filter::user("u"), "work anna", 3).unwrap();
+            f.store.invalidate(top[0].memory.id, "test").unwrap();
+            f.store
+                .update(top[1].memory.id, MemoryPatch { text: Some("anna anna work".into()), ..MemoryPatch::default() }, "test")
+                .unwrap();
+            compare("after a change")?;
+            f.store
+                .add(NewMemory::new(Scope::user("u"), "work work anna today").with_meta("all", json!("yes")), "test")
+                .unwrap();
+            compare("after an insert")?;
+        }
+    }
 
     proptest! {
         #![proptest_config(ProptestConfig::with_cases(64))]

@@ -573,6 +573,17 @@ pub trait MemoryStore: Send + Sync {
     /// Which models have vectors here, and how many.
     async fn vector_models(&self) -> Result<Vec<VectorModelStats>, StoreError>;
 
+    /// For each of `ids` (memories of `user_id`), the turn just before it in its conversation:
+    /// the latest episode of the same user and session created before it, or at the same time
+    /// and stored before it (for turns stored in order, the turn whose words its lexical
+    /// document carries). `None` for a memory that is not an episode of a session, has no turn
+    /// before it, or is not the user's. Ranking uses it to let adjacent turns share relevance.
+    async fn previous_turns(
+        &self,
+        user_id: &str,
+        ids: &[MemoryId],
+    ) -> Result<Vec<Option<MemoryId>>, StoreError>;
+
     /// Prepares dense search over `model`'s vectors now (an engine with an in-process index
     /// loads it, waiting for a load under way), so that the first large search does not wait.
     /// `None` when the engine keeps no such index.
