@@ -354,6 +354,16 @@ pub struct BenchLocomoArgs {
     /// re-embedding between runs that only change ranking).
     #[arg(long, value_name = "DIR")]
     pub store: Option<PathBuf>,
+    /// Also choose ranking settings by leave-one-conversation-out cross-validation: every
+    /// setting of a grid (fusion, lexical share, recency, time boosts, neighbours) is scored on
+    /// all conversations but one, the best is measured on the one left out, in turn for each.
+    #[arg(long)]
+    pub cv: bool,
+    /// With --cv: the values one parameter of the grid takes, e.g. `--grid neighbours=0,0.2,0.4`
+    /// (repeatable). Parameters: fusion (weighted, minmax, rrf), share, recency, window, when,
+    /// neighbours.
+    #[arg(long, value_name = "NAME=V1,V2,...")]
+    pub grid: Vec<String>,
 }
 
 /// `engram reindex`.
@@ -385,6 +395,10 @@ pub struct BenchStoreArgs {
     /// `engram_bench_store_<size>`), measured after SQLite on the same data.
     #[arg(long, value_name = "URL")]
     pub database_url: Option<String>,
+    /// Size of the common-word case: one user's memories in which each query word is in about a
+    /// quarter of them (0 skips it).
+    #[arg(long, default_value = "100000")]
+    pub common_words: usize,
 }
 
 /// A count that must be 1 or more (`--limit 0` would silently show nothing).

@@ -269,7 +269,7 @@ impl Searcher {
         }
         let entries: Vec<Candidate> = order.iter().filter_map(|id| merged.remove(id)).collect();
         let neighbours = if self.profile.neighbours > 0.0 || self.always_neighbours {
-            self.neighbours(&request.filter.user_id, &entries)?
+            self.neighbours(&request.filter.user_id, &entries).await?
         } else {
             vec![[None; 2]; entries.len()]
         };
@@ -287,7 +287,7 @@ impl Searcher {
 
     /// For each entry, the entries holding the turns just before and after it in its
     /// conversation (when those are candidates too), from the store's previous turns.
-    fn neighbours(
+    async fn neighbours(
         &self,
         user_id: &str,
         entries: &[Candidate],
@@ -303,7 +303,7 @@ impl Searcher {
             return Ok(out);
         }
         let ids: Vec<MemoryId> = turns.iter().map(|&i| entries[i].memory.id).collect();
-        let previous = self.store.previous_turns(user_id, &ids)?;
+        let previous = self.store.previous_turns(user_id, &ids).await?;
         let at: HashMap<MemoryId, usize> =
             turns.iter().map(|&i| (entries[i].memory.id, i)).collect();
         for (&i, previous) in turns.iter().zip(previous) {

@@ -27,8 +27,8 @@ mod vectors;
 
 pub use ann::{IndexBuild, VectorIndexOptions, VectorIndexStats, VectorSearchCounts};
 pub use engine::SqliteStore;
-pub use store::{Database, ENGINE, StoreOptions};
 pub use lexical_docs::LexicalSearchCounts;
+pub use store::{Database, ENGINE, StoreOptions};
 
 /// The database file's name inside ENGRAM_HOME.
 pub const DATABASE_FILE: &str = "engram.db";

@@ -13,7 +13,7 @@ use std::time::Instant;
 
 use anyhow::{Context as _, Result, anyhow, bail};
 use engram_backend::{DATABASE_FILE, StoreConfig};
-use engram_core::{Filter, Kind, MemoryStore, NewMemory, Scope};
+use engram_core::{Filter, FixedClock, Kind, MemoryStore, NewMemory, Scope};
 use engram_memory::indexing::embed_pending;
 use engram_memory::{SearchRequest, Searcher};
 use indicatif::{ProgressBar, ProgressStyle};
@@ -22,6 +22,8 @@ use serde::Serialize;
 use serde_json::{Value, json};
 
 use super::store::percentile;
+
+mod cv;
 use crate::cli::{BenchLocomoArgs, RetrievalMode};
 use crate::commands::Context;
 use crate::commands::retrieval;
@@ -146,7 +148,7 @@ fn load(path: &Path) -> Result<Vec<Conversation>> {
     Ok(conversations)
 }
 
-#[derive(Debug, Default, Serialize)]
+#[derive(Debug, Default, Clone, Serialize)]
 struct CategoryResult {
     name: String,
     questions: usize,
@@ -170,6 +172,17 @@ struct LocomoReport {
     query_p95_ms: f64,
     categories: Vec<CategoryResult>,
     overall: CategoryResult,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    cross_validation: Option<cv::CrossValidation>,
+}
+
+/// One question asked: where it comes from, and the recall of every ranking tried.
+struct Asked {
+    /// Index of its conversation.
+    conversation: usize,
+    category: u8,
+    /// Recall at each cut-off, per ranking profile: `recall[profile][k]`.
+    recall: Vec<Vec<f64>>,
 }
 
 /// Runs `engram bench locomo`.
@@ -180,8 +193,17 @@ pub fn run(ctx: &Context, args: BenchLocomoArgs) -> Result<Status> {
     if ks.is_empty() || ks[0] == 0 {
         bail!("--k needs positive cut-offs, e.g. --k 5,10,20");
     }
+    if args.cv && !ks.contains(&cv::SELECT_AT) {
+        bail!(
+            "--cv chooses settings by R@{} and needs it among --k",
+            cv::SELECT_AT
+        );
+    }
     let max_k = ks[ks.len() - 1];
     let conversations = load(&args.data)?;
+    if args.cv && conversations.len() < 2 {
+        bail!("--cv needs at least two conversations to leave one out");
+    }
     // Without --mode: hybrid when a model is configured, lexical otherwise.
     let configured = match args.mode {
         Some(RetrievalMode::Lexical) => None,
@@ -202,6 +224,19 @@ pub fn run(ctx: &Context, args: BenchLocomoArgs) -> Result<Status> {
     let mut profile = retrieval::profile(ctx, args.profile.as_deref())?;
     if mode == RetrievalMode::Dense {
         profile.lexical_share = 0.0;
+    }
+    // The profile itself first, then (with --cv) every setting of the grid.
+    let mut profiles = vec![profile.clone()];
+    if !args.grid.is_empty() && !args.cv {
+        bail!("--grid only applies with --cv");
+    }
+    let grid = if args.cv {
+        Some(cv::Grid::new(&profile, mode, &args.grid)?)
+    } else {
+        None
+    };
+    if let Some(grid) = &grid {
+        profiles.extend(grid.profiles.iter().cloned());
     }
     let runtime = ctx.runtime()?;
     let temp = tempfile::tempdir()?;
@@ -253,12 +288,20 @@ pub fn run(ctx: &Context, args: BenchLocomoArgs) -> Result<Status> {
     }
     let embed = started.elapsed();
 
-    // Ask.
+    // Ask. The questions come after the conversation: "now" is its last session.
     let model = embedder.as_ref().map(|e| e.model_id().to_string());
+    let clock = Arc::new(FixedClock::new(Timestamp::UNIX_EPOCH));
     let searcher = Searcher::new(store.clone())
         .with_embedder(embedder)
-        .with_profile(profile.clone());
-    let mut per_category: BTreeMap<u8, (usize, BTreeMap<usize, f64>)> = BTreeMap::new();
+        .with_profile(profile.clone())
+        .with_clock(clock.clone(), jiff::tz::TimeZone::UTC);
+    // The grid's profiles may use adjacent turns even when the benchmark's own does not.
+    let searcher = if args.cv {
+        searcher.with_all_neighbours()
+    } else {
+        searcher
+    };
+    let mut asked: Vec<Asked> = Vec::new();
     let mut latencies = Vec::new();
     let mut skipped = 0;
     let total: u64 = conversations
@@ -271,7 +314,10 @@ pub fn run(ctx: &Context, args: BenchLocomoArgs) -> Result<Status> {
         })
         .sum();
     let progress = bar(total, "asking");
-    for conv in &conversations {
+    for (index, conv) in conversations.iter().enumerate() {
+        if let Some(last) = conv.turns.iter().map(|t| t.at).max() {
+            clock.set(last);
+        }
         let known: HashSet<&str> = conv.turns.iter().map(|t| t.dia_id.as_str()).collect();
         for question in conv
             .questions
@@ -295,57 +341,62 @@ pub fn run(ctx: &Context, args: BenchLocomoArgs) -> Result<Status> {
                 limit: max_k,
             };
             let started = Instant::now();
-            let hits = match runtime.block_on(searcher.search(&request)) {
-                Ok(results) => results.hits,
+            let candidates = match runtime.block_on(searcher.candidates(&request)) {
+                Ok(candidates) => Some(candidates),
                 // A question with no searchable words finds nothing; it still counts.
                 Err(engram_memory::SearchError::Store(engram_core::StoreError::BadQuery(_))) => {
-                    Vec::new()
+                    None
                 }
                 Err(e) => return Err(e.into()),
             };
-            latencies.push(started.elapsed());
-            let ranked: Vec<&str> = hits
-                .iter()
-                .filter_map(|h| h.memory.metadata.get("dia_id").and_then(Value::as_str))
-                .collect();
-            let entry = per_category.entry(question.category).or_default();
-            entry.0 += 1;
-            for &k in &ks {
-                let found = ranked
-                    .iter()
-                    .take(k)
-                    .filter(|id| evidence.contains(*id))
-                    .collect::<HashSet<_>>()
-                    .len();
-                *entry.1.entry(k).or_default() += found as f64 / evidence.len() as f64;
+            if let Some(c) = &candidates {
+                // The search itself, for its latency: ranking under the profile included.
+                std::hint::black_box(c.order(&profile, max_k));
             }
+            latencies.push(started.elapsed());
+            let recall = profiles
+                .iter()
+                .map(|p| {
+                    let ranked: Vec<&str> = candidates.as_ref().map_or(Vec::new(), |c| {
+                        c.order(p, max_k)
+                            .into_iter()
+                            .filter_map(|at| {
+                                c.entries[at]
+                                    .memory
+                                    .metadata
+                                    .get("dia_id")
+                                    .and_then(Value::as_str)
+                            })
+                            .collect()
+                    });
+                    ks.iter()
+                        .map(|&k| {
+                            let found = ranked
+                                .iter()
+                                .take(k)
+                                .filter(|id| evidence.contains(*id))
+                                .collect::<HashSet<_>>()
+                                .len();
+                            found as f64 / evidence.len() as f64
+                        })
+                        .collect()
+                })
+                .collect();
+            asked.push(Asked {
+                conversation: index,
+                category: question.category,
+                recall,
+            });
         }
     }
     progress.finish_and_clear();
     latencies.sort();
 
-    let mut overall = CategoryResult {
-        name: "overall".into(),
-        ..CategoryResult::default()
-    };
-    let mut categories = Vec::new();
-    for (category, name) in CATEGORIES {
-        let (count, sums) = per_category.remove(&category).unwrap_or_default();
-        overall.questions += count;
-        for (&k, &sum) in &sums {
-            *overall.recall.entry(k).or_default() += sum;
-        }
-        categories.push(CategoryResult {
-            name: format!("{category} {name}"),
-            questions: count,
-            recall: sums
-                .into_iter()
-                .map(|(k, sum)| (k, sum / count.max(1) as f64))
-                .collect(),
-        });
-    }
-    let n = overall.questions.max(1) as f64;
-    overall.recall.values_mut().for_each(|v| *v /= n);
+    let (categories, overall) = summarise(&asked, &ks, 0);
+    let cross_validation = grid.map(|grid| {
+        let names: Vec<String> = conversations.iter().map(|c| c.id.clone()).collect();
+        cv::cross_validate(&grid, &asked, &ks, &names)
+    });
     let report = LocomoReport {
         mode: mode.as_str().to_string(),
         profile: profile.name.clone(),
@@ -362,6 +413,7 @@ pub fn run(ctx: &Context, args: BenchLocomoArgs) -> Result<Status> {
         query_p95_ms: percentile(&latencies, 0.95),
         categories,
         overall,
+        cross_validation,
     };
     if ctx.json {
         output::json(&report)?;
@@ -369,6 +421,41 @@ pub fn run(ctx: &Context, args: BenchLocomoArgs) -> Result<Status> {
         print_report(&report, &ks);
     }
     Ok(Status::Success)
+}
+
+/// Recall per category and overall, for the profile at `profile` in each question's list.
+fn summarise(
+    asked: &[Asked],
+    ks: &[usize],
+    profile: usize,
+) -> (Vec<CategoryResult>, CategoryResult) {
+    let mut overall = CategoryResult {
+        name: "overall".into(),
+        ..CategoryResult::default()
+    };
+    let mut categories = Vec::new();
+    for (category, name) in CATEGORIES {
+        let mut row = CategoryResult {
+            name: format!("{category} {name}"),
+            ..CategoryResult::default()
+        };
+        for question in asked.iter().filter(|q| q.category == category) {
+            row.questions += 1;
+            for (i, &k) in ks.iter().enumerate() {
+                *row.recall.entry(k).or_default() += question.recall[profile][i];
+            }
+        }
+        overall.questions += row.questions;
+        for (&k, &sum) in &row.recall {
+            *overall.recall.entry(k).or_default() += sum;
+        }
+        let n = row.questions.max(1) as f64;
+        row.recall.values_mut().for_each(|v| *v /= n);
+        categories.push(row);
+    }
+    let n = overall.questions.max(1) as f64;
+    overall.recall.values_mut().for_each(|v| *v /= n);
+    (categories, overall)
 }
 
 fn bar(total: u64, what: &str) -> ProgressBar {
@@ -400,6 +487,9 @@ fn print_report(report: &LocomoReport, ks: &[usize]) {
             .map(|k| format!("{:<6.3}", row.recall.get(k).copied().unwrap_or(0.0)))
             .collect();
         println!("{:<16} {:>5}  {}", row.name, row.questions, cells.join(" "));
+    }
+    if let Some(cv) = &report.cross_validation {
+        cv::print(cv, ks);
     }
     if report.reused_store {
         println!("ingest: reused the store given with --store");

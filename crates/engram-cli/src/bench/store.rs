@@ -244,13 +244,25 @@ pub fn peak_rss_mib() -> f64 {
 pub fn process_cpu_seconds() -> f64 {
     // Fields 14 and 15 of /proc/self/stat, after the parenthesised command name, in clock
     // ticks (100 per second on Linux).
+    stat_seconds(11)
+}
+
+/// CPU seconds (user + system) of this process's children that have been waited for (fields 16
+/// and 17 of /proc/self/stat); 0 where unavailable.
+pub fn children_cpu_seconds() -> f64 {
+    stat_seconds(13)
+}
+
+/// The sum of two consecutive tick fields of /proc/self/stat, counted from the first field
+/// after the command name, in seconds.
+fn stat_seconds(first: usize) -> f64 {
     std::fs::read_to_string("/proc/self/stat")
         .ok()
         .and_then(|stat| {
             let rest = stat.rsplit_once(')')?.1;
             let fields: Vec<&str> = rest.split_whitespace().collect();
-            let user = fields.get(11)?.parse::<f64>().ok()?;
-            let system = fields.get(12)?.parse::<f64>().ok()?;
+            let user = fields.get(first)?.parse::<f64>().ok()?;
+            let system = fields.get(first + 1)?.parse::<f64>().ok()?;
             Some((user + system) / 100.0)
         })
         .unwrap_or(0.0)
@@ -452,8 +464,13 @@ pub fn run(ctx: &Context, args: BenchStoreArgs) -> Result<Status> {
             std::fs::remove_dir_all(&dir)?;
         }
     }
+    let common = if args.common_words > 0 {
+        Some(common_words(ctx, &root, &exe, &args)?)
+    } else {
+        None
+    };
     if ctx.json {
-        output::json(&rows)?;
+        output::json(&serde_json::json!({"sizes": rows, "common_words": common}))?;
         return Ok(Status::Success);
     }
     println!(
@@ -496,5 +513,206 @@ pub fn run(ctx: &Context, args: BenchStoreArgs) -> Result<Status> {
              relations; the server's own CPU and memory are not counted)"
         );
     }
+    if let Some(c) = &common {
+        println!();
+        println!(
+            "common words: {} memories of one user; query words in {:.0}% of them on average",
+            c.memories,
+            c.query_word_share * 100.0
+        );
+        println!(
+            "  search p50 {:.2} ms, p95 {:.2} ms, p99 {:.2} ms (in one process, as `search --batch` runs them)",
+            c.search_p50_ms, c.search_p95_ms, c.search_p99_ms
+        );
+        println!(
+            "  `search --batch` of {} queries: {:.2} ms CPU per query, start and exit included",
+            c.batch_queries, c.batch_cpu_ms_per_query
+        );
+        println!(
+            "  one-shot `engram search`: p50 {:.1} ms, p95 {:.1} ms",
+            c.one_shot_p50_ms, c.one_shot_p95_ms
+        );
+    }
     Ok(Status::Success)
+}
+
+/// Words every memory of the common-word case may carry, each with probability one in four: a
+/// user's own name and words of every day.
+const EVERYDAY_WORDS: [&str; 6] = ["anna", "work", "today", "evening", "family", "plans"];
+
+#[derive(Debug, Serialize)]
+struct CommonWordsRow {
+    memories: usize,
+    /// Average share of the memories holding a query word.
+    query_word_share: f64,
+    search_p50_ms: f64,
+    search_p95_ms: f64,
+    search_p99_ms: f64,
+    batch_queries: usize,
+    batch_cpu_ms_per_query: f64,
+    one_shot_p50_ms: f64,
+    one_shot_p95_ms: f64,
+}
+
+/// One user's memories from the Zipf vocabulary, each also carrying every word of
+/// [`EVERYDAY_WORDS`] with probability 1/4; queries of 2-4 of those words, half of them with one
+/// Zipf word too.
+fn common_words(
+    ctx: &Context,
+    root: &Path,
+    exe: &Path,
+    args: &BenchStoreArgs,
+) -> Result<CommonWordsRow> {
+    let size = args.common_words;
+    let dir = root.join(format!("common-{size}"));
+    if dir.exists() {
+        std::fs::remove_dir_all(&dir)?;
+    }
+    std::fs::create_dir_all(&dir)?;
+    let mut rng = SplitMix(args.seed ^ 0xC0FFEE);
+    let vocab = Vocabulary::new(20_000, &mut rng);
+    let data = dir.join("memories.jsonl");
+    eprintln!("[common {size}] generating");
+    {
+        let mut out = BufWriter::new(File::create(&data)?);
+        let start = jiff::Timestamp::from_second(1_672_531_200)?; // 2023-01-01
+        for i in 0..size {
+            let mut text = vocab.sentence(&mut rng);
+            text.pop(); // the full stop
+            for word in EVERYDAY_WORDS {
+                if rng.range(0, 3) == 0 {
+                    text.push(' ');
+                    text.push_str(word);
+                }
+            }
+            let at = start.checked_add(jiff::SignedDuration::from_secs(
+                (i as i64) * 63_072_000 / size.max(1) as i64,
+            ))?;
+            let line = serde_json::json!({
+                "user_id": "anna",
+                "text": text,
+                "importance": rng.range(1, 5),
+                "created_at": at.to_string(),
+            });
+            writeln!(out, "{line}")?;
+        }
+        out.flush()?;
+    }
+    let runtime = ctx.runtime()?;
+    let store =
+        engram_backend::open_blocking(&StoreConfig::sqlite(dir.join(DATABASE_FILE)))?.memories;
+    eprintln!("[common {size}] importing");
+    let summary = runtime.block_on(import_reader(
+        &*store,
+        File::open(&data)?,
+        DEFAULT_BATCH_SIZE as usize,
+        &ProgressBar::hidden(),
+    ))?;
+    anyhow::ensure!(
+        summary.rejected.is_empty(),
+        "the generated data had rejected lines"
+    );
+    std::fs::remove_file(&data)?;
+    let queries: Vec<String> = (0..args.queries)
+        .map(|_| {
+            let n = rng.range(2, 4) as usize;
+            let mut words: Vec<&str> = Vec::with_capacity(n + 1);
+            while words.len() < n {
+                let word = EVERYDAY_WORDS[rng.range(0, EVERYDAY_WORDS.len() as u64 - 1) as usize];
+                if !words.contains(&word) {
+                    words.push(word);
+                }
+            }
+            if rng.range(0, 1) == 0 {
+                words.push(vocab.sample(&mut rng));
+            }
+            words.join(" ")
+        })
+        .collect();
+
+    let filter = Filter::user("anna");
+    let mut share = 0.0;
+    for word in EVERYDAY_WORDS {
+        let mut f = filter.clone();
+        f.include_closed = true;
+        share += runtime
+            .block_on(store.search_lexical(&f, word, size))?
+            .len() as f64
+            / size as f64;
+    }
+    let searcher = Searcher::new(store.clone());
+    eprintln!("[common {size}] searching");
+    let mut latencies = Vec::with_capacity(queries.len());
+    for query in &queries {
+        let request = SearchRequest {
+            filter: filter.clone(),
+            query: query.clone(),
+            limit: 10,
+        };
+        let started = Instant::now();
+        std::hint::black_box(runtime.block_on(searcher.search(&request))?);
+        latencies.push(started.elapsed());
+    }
+    latencies.sort();
+    drop(searcher);
+    drop(store);
+
+    eprintln!("[common {size}] `search --batch`");
+    let batch = dir.join("queries.jsonl");
+    {
+        let mut out = BufWriter::new(File::create(&batch)?);
+        for query in &queries {
+            writeln!(
+                out,
+                "{}",
+                serde_json::json!({"user_id": "anna", "query": query})
+            )?;
+        }
+        out.flush()?;
+    }
+    let before = children_cpu_seconds();
+    let status = Command::new(exe)
+        .arg("--home")
+        .arg(&dir)
+        .args(["search", "--batch"])
+        .arg(&batch)
+        .args(["--limit", "10", "--json"])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .status()?;
+    anyhow::ensure!(
+        status.success(),
+        "engram search --batch exited with {status}"
+    );
+    let batch_cpu = children_cpu_seconds() - before;
+
+    eprintln!("[common {size}] one-shot processes");
+    let mut one_shot = Vec::with_capacity(args.process_runs);
+    for query in queries.iter().cycle().take(args.process_runs) {
+        let started = Instant::now();
+        let status = Command::new(exe)
+            .arg("--home")
+            .arg(&dir)
+            .args(["search", "--user", "anna", "--limit", "10", query])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .status()?;
+        one_shot.push(started.elapsed());
+        anyhow::ensure!(status.success(), "engram search exited with {status}");
+    }
+    one_shot.sort();
+    if args.dir.is_none() {
+        std::fs::remove_dir_all(&dir)?;
+    }
+    Ok(CommonWordsRow {
+        memories: size,
+        query_word_share: share / EVERYDAY_WORDS.len() as f64,
+        search_p50_ms: percentile(&latencies, 0.50),
+        search_p95_ms: percentile(&latencies, 0.95),
+        search_p99_ms: percentile(&latencies, 0.99),
+        batch_queries: queries.len(),
+        batch_cpu_ms_per_query: batch_cpu * 1000.0 / queries.len().max(1) as f64,
+        one_shot_p50_ms: percentile(&one_shot, 0.50),
+        one_shot_p95_ms: percentile(&one_shot, 0.95),
+    })
 }
