@@ -327,7 +327,7 @@ async fn a_turn_shares_in_the_relevance_of_the_turn_next_to_it() {
         .iter()
         .map(|text| NewMemory::new(Scope::user("u").with_session("chat-1"), *text).at(at))
         .collect();
-    for outcome in f.store.add_many(batch, "test").unwrap() {
+    for outcome in f.store.add_many(batch, "test").await.unwrap() {
         assert!(matches!(outcome.unwrap(), AddOutcome::Added(_)));
     }
     let request = SearchRequest {
@@ -368,6 +368,7 @@ async fn a_turn_shares_in_the_relevance_of_the_turn_next_to_it() {
             NewMemory::new(Scope::user("u"), "pottery course notes").at(at),
             "test",
         )
+        .await
         .unwrap();
     let request = SearchRequest {
         limit: 10,
