@@ -28,6 +28,6 @@ pub use memory::{
 pub use store::{
     AddOutcome, Backend, DayCount, DayCounter, DenseIndexStats, DenseSearchCounts, DenseTuning,
     ExportCursor, HistoryEvent, HistoryKind, LexicalHit, MemoryPatch, MemoryStore, PendingText,
-    StoreError, StoreStats, StoredVector, UserCount, VectorHit, VectorModelStats,
+    SessionCount, StoreError, StoreStats, StoredVector, UserCount, VectorHit, VectorModelStats,
 };
 pub use tool::{Tool, ToolOutput, ToolSpec};

@@ -359,28 +359,24 @@ impl MemoryService {
     ) -> Result<Vec<SessionSummary>, ApiError> {
         access.require(&user_id)?;
         let _permit = self.permit().await?;
-        let mut sessions: BTreeMap<String, SessionSummary> = BTreeMap::new();
-        self.store
-            .export(&user_id, &mut |memory| {
-                if let Some(session) = &memory.scope.session_id {
-                    let entry = sessions
-                        .entry(session.clone())
-                        .or_insert_with(|| SessionSummary {
-                            session_id: session.clone(),
-                            user_id: memory.scope.user_id.clone(),
-                            memories: 0,
-                            messages: 0,
-                            transcript: false,
-                            first_at: memory.created_at,
-                            last_at: memory.created_at,
-                        });
-                    entry.memories += 1;
-                    entry.first_at = entry.first_at.min(memory.created_at);
-                    entry.last_at = entry.last_at.max(memory.created_at);
-                }
-                Ok(())
+        let mut sessions: BTreeMap<String, SessionSummary> = self
+            .store
+            .session_counts(&user_id)
+            .await?
+            .into_iter()
+            .map(|c| {
+                let summary = SessionSummary {
+                    session_id: c.session_id.clone(),
+                    user_id: user_id.clone(),
+                    memories: c.memories,
+                    messages: 0,
+                    transcript: false,
+                    first_at: c.first_at,
+                    last_at: c.last_at,
+                };
+                (c.session_id, summary)
             })
-            .await?;
+            .collect();
         for info in self.user_transcripts(&user_id).await? {
             let (Some(first), Some(last)) = (info.created_at, info.updated_at) else {
                 continue;

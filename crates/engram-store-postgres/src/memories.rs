@@ -12,7 +12,7 @@ use std::collections::HashMap;
 use engram_core::store::{ExportCursor, LexicalHit, MemoryPatch};
 use engram_core::{
     AddOutcome, DayCount, DayCounter, Filter, HistoryEvent, HistoryKind, InvalidMemory, Kind,
-    Memory, MemoryId, NewMemory, StoreError, StoreStats, UserCount, content_hash,
+    Memory, MemoryId, NewMemory, SessionCount, StoreError, StoreStats, UserCount, content_hash,
 };
 use jiff::Timestamp;
 use tokio_postgres::binary_copy::BinaryCopyInWriter;
@@ -635,6 +635,40 @@ impl PgStore {
                 memories: row.get::<_, i64>(1).max(0) as u64,
             })
             .collect())
+    }
+
+    /// See [`engram_core::MemoryStore::session_counts`].
+    pub(crate) async fn session_counts(
+        &self,
+        user_id: &str,
+    ) -> Result<Vec<SessionCount>, StoreError> {
+        let client = self.client().await?;
+        let statement = client
+            .prepare_cached(
+                "SELECT session_id, count(*), min(created_at), max(created_at) FROM memories \
+                 WHERE user_id = $1 AND session_id IS NOT NULL \
+                 GROUP BY session_id ORDER BY session_id COLLATE \"C\"",
+            )
+            .await
+            .map_err(|e| self.err(e))?;
+        let time = |t: i64| {
+            Timestamp::from_microsecond(t)
+                .map_err(|e| StoreError::Backend(format!("bad time {t}: {e}")))
+        };
+        client
+            .query(&statement, &[&user_id])
+            .await
+            .map_err(|e| self.err(e))?
+            .iter()
+            .map(|row| {
+                Ok(SessionCount {
+                    session_id: row.get(0),
+                    memories: row.get::<_, i64>(1).max(0) as u64,
+                    first_at: time(row.get(2))?,
+                    last_at: time(row.get(3))?,
+                })
+            })
+            .collect()
     }
 
     /// See [`engram_core::MemoryStore::count_by_day`].

@@ -7,7 +7,8 @@ use async_trait::async_trait;
 use engram_core::store::{DenseSearchCounts, DenseTuning, ExportCursor, LexicalHit, MemoryPatch};
 use engram_core::{
     AddOutcome, DayCount, Filter, HistoryEvent, Memory, MemoryId, MemoryStore, NewMemory,
-    PendingText, StoreError, StoreStats, StoredVector, UserCount, VectorHit, VectorModelStats,
+    PendingText, SessionCount, StoreError, StoreStats, StoredVector, UserCount, VectorHit,
+    VectorModelStats,
 };
 
 use crate::PgStore;
@@ -96,6 +97,10 @@ impl MemoryStore for PgStore {
 
     async fn users(&self) -> Result<Vec<UserCount>, StoreError> {
         PgStore::users(self).await
+    }
+
+    async fn session_counts(&self, user_id: &str) -> Result<Vec<SessionCount>, StoreError> {
+        PgStore::session_counts(self, user_id).await
     }
 
     async fn count_by_day(

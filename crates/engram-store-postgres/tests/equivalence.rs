@@ -272,6 +272,13 @@ async fn same_everything(pair: &Pair, ids: &[MemoryId], rng: &mut Rng) {
     let users = pair.sqlite.users().unwrap();
     assert_eq!(users.len() as u64, a.users);
     assert_eq!(users, pair.pg.users().await.unwrap());
+    for user in ["user-0", "user-1", "user-2", "nobody"] {
+        assert_eq!(
+            pair.sqlite.session_counts(user).unwrap(),
+            pair.pg.session_counts(user).await.unwrap(),
+            "session_counts of {user}"
+        );
+    }
 }
 
 async fn both_engines_agree(server: Server) {

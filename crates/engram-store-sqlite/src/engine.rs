@@ -21,7 +21,8 @@ use engram_core::store::tokens::{ApiToken, NewToken, TokenError, TokenStore, Tok
 use engram_core::{
     AddOutcome, Backend, DayCount, DenseIndexStats, DenseSearchCounts, DenseTuning, ExportCursor,
     Filter, HistoryEvent, LexicalHit, Memory, MemoryId, MemoryPatch, MemoryStore, NewMemory,
-    PendingText, StoreError, StoreStats, StoredVector, UserCount, VectorHit, VectorModelStats,
+    PendingText, SessionCount, StoreError, StoreStats, StoredVector, UserCount, VectorHit,
+    VectorModelStats,
 };
 use jiff::Timestamp;
 
@@ -190,6 +191,11 @@ impl MemoryStore for SqliteStore {
 
     async fn users(&self) -> Result<Vec<UserCount>, StoreError> {
         self.run(|db| db.users()).await
+    }
+
+    async fn session_counts(&self, user_id: &str) -> Result<Vec<SessionCount>, StoreError> {
+        let user_id = user_id.to_string();
+        self.run(move |db| db.session_counts(&user_id)).await
     }
 
     async fn count_by_day(

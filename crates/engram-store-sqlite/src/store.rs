@@ -8,8 +8,8 @@ use std::time::Duration;
 use engram_core::store::{ExportCursor, LexicalHit, MemoryPatch};
 use engram_core::{
     AddOutcome, Clock, DayCount, DayCounter, Filter, HistoryEvent, HistoryKind, InvalidMemory,
-    Kind, Memory, MemoryId, NewMemory, StoreError, StoreStats, SystemClock, UserCount,
-    content_hash,
+    Kind, Memory, MemoryId, NewMemory, SessionCount, StoreError, StoreStats, SystemClock,
+    UserCount, content_hash,
 };
 use engram_core::{PendingText, StoredVector, VectorHit, VectorModelStats};
 use jiff::Timestamp;
@@ -1522,6 +1522,45 @@ impl Database {
                 .and_then(|rows| rows.collect())
             })
             .map_err(|e| self.err(e))
+        })
+    }
+
+    /// See [`engram_core::MemoryStore::session_counts`].
+    pub fn session_counts(&self, user_id: &str) -> Result<Vec<SessionCount>, StoreError> {
+        // The partial (user_id, session_id, created_at) index holds every column needed.
+        self.read(|conn| {
+            let mut stmt = conn
+                .prepare_cached(
+                    "SELECT session_id, count(*), min(created_at), max(created_at) FROM memories \
+                     WHERE user_id = ?1 AND session_id IS NOT NULL \
+                     GROUP BY session_id ORDER BY session_id",
+                )
+                .map_err(|e| self.err(e))?;
+            let rows = stmt
+                .query_map([user_id], |r| {
+                    Ok((
+                        r.get::<_, String>(0)?,
+                        r.get::<_, i64>(1)?,
+                        r.get::<_, i64>(2)?,
+                        r.get::<_, i64>(3)?,
+                    ))
+                })
+                .and_then(|rows| rows.collect::<Result<Vec<_>, _>>())
+                .map_err(|e| self.err(e))?;
+            rows.into_iter()
+                .map(|(session_id, memories, first, last)| {
+                    let time = |t: i64| {
+                        Timestamp::from_microsecond(t)
+                            .map_err(|e| StoreError::Backend(format!("bad time {t}: {e}")))
+                    };
+                    Ok(SessionCount {
+                        session_id,
+                        memories: memories.max(0) as u64,
+                        first_at: time(first)?,
+                        last_at: time(last)?,
+                    })
+                })
+                .collect()
         })
     }
 

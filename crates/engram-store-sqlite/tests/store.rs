@@ -1257,6 +1257,53 @@ fn users_are_listed_with_their_counts() {
 }
 
 #[test]
+fn sessions_are_counted_from_the_memories_that_name_them() {
+    let f = fixture();
+    let in_session = |session: &str, text: &str, when: &str| {
+        f.store
+            .add(
+                NewMemory::new(Scope::user("u").with_session(session), text).at(t(when)),
+                "test",
+            )
+            .unwrap();
+    };
+    in_session("cli:b", "one", "2024-05-02T10:00:00Z");
+    in_session("cli:a", "two", "2024-05-03T10:00:00Z");
+    in_session("cli:b", "three", "2024-05-01T10:00:00Z");
+    add(&f.store, "u", "no session");
+    let counts = f.store.session_counts("u").unwrap();
+    let listed: Vec<(&str, u64, String, String)> = counts
+        .iter()
+        .map(|c| {
+            (
+                c.session_id.as_str(),
+                c.memories,
+                c.first_at.to_string(),
+                c.last_at.to_string(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        listed,
+        vec![
+            (
+                "cli:a",
+                1,
+                "2024-05-03T10:00:00Z".into(),
+                "2024-05-03T10:00:00Z".into()
+            ),
+            (
+                "cli:b",
+                2,
+                "2024-05-01T10:00:00Z".into(),
+                "2024-05-02T10:00:00Z".into()
+            ),
+        ]
+    );
+    assert!(f.store.session_counts("other").unwrap().is_empty());
+}
+
+#[test]
 fn memories_are_counted_per_day_in_the_time_zone_asked_for() {
     let f = fixture();
     let at = |text: &str, kind: Kind, when: &str| {

@@ -199,6 +199,19 @@ pub struct UserCount {
     pub memories: u64,
 }
 
+/// The memories of a user that carry one session id: how many, the first and the last.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SessionCount {
+    /// The session id.
+    pub session_id: String,
+    /// How many memories carry it (current and closed).
+    pub memories: u64,
+    /// The oldest one's creation time.
+    pub first_at: Timestamp,
+    /// The newest one's.
+    pub last_at: Timestamp,
+}
+
 /// How many memories of one kind were created on one day.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 pub struct DayCount {
@@ -527,6 +540,10 @@ pub trait MemoryStore: Send + Sync {
 
     /// Every user who has memories, by user id, with how many they have.
     async fn users(&self) -> Result<Vec<UserCount>, StoreError>;
+
+    /// The session ids a user's memories (current and closed) carry, in byte order, each with
+    /// how many memories and their first and last creation times.
+    async fn session_counts(&self, user_id: &str) -> Result<Vec<SessionCount>, StoreError>;
 
     /// How many memories match the filter, per day of creation (in `time_zone`) and kind,
     /// ordered by day then kind; days and kinds without memories are left out. Engines count
