@@ -15,8 +15,8 @@ use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
 use engram_core::{
-    AddOutcome, MemoryStore, ChatModel, Filter, Importance, Kind, LlmError, Memory,
-    Message, MetaCondition, NewMemory, Scope, StoreError,
+    AddOutcome, ChatModel, Filter, Importance, Kind, LlmError, Memory, MemoryStore, Message,
+    MetaCondition, NewMemory, Scope, StoreError,
 };
 use engram_workspace::Workspace;
 use jiff::Timestamp;

@@ -34,8 +34,8 @@
 use std::collections::HashSet;
 
 use engram_core::{
-    AddOutcome, MemoryStore, ChatModel, ChatRequest, Filter, Importance, Kind, Memory,
-    MemoryId, Message, MetaCondition, NewMemory, Scope, StoreError,
+    AddOutcome, ChatModel, ChatRequest, Filter, Importance, Kind, Memory, MemoryId, MemoryStore,
+    Message, MetaCondition, NewMemory, Scope, StoreError,
 };
 use serde_json::Value;
 
@@ -185,7 +185,8 @@ async fn profile_lists(
         };
         all.extend(
             store
-                .list(&filter, limit, 0).await?
+                .list(&filter, limit, 0)
+                .await?
                 .into_iter()
                 .filter(|m| !is_candidate(m)),
         );
@@ -383,7 +384,8 @@ pub async fn apply_key_rule(
         // Replace what the conversation supports replacing; what it states again stays.
         return replace(store, grounded, &replaceable, origin, report).await;
     }
-    if candidates_with_key(store, origin.user, &grounded.entry.key).await?
+    if candidates_with_key(store, origin.user, &grounded.entry.key)
+        .await?
         .iter()
         .any(|m| same_text(&m.text, &text))
     {

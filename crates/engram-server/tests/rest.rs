@@ -667,7 +667,7 @@ async fn messages_with_infer_go_through_extraction_and_merging() {
 
     // The same messages again add nothing twice, and ask the model nothing. (A token exists
     // now, so requests carry one.)
-    let (_, mine) = server.token(&["u"]);
+    let (_, mine) = server.token(&["u"]).await;
     let post = |body: Value| {
         let request = client()
             .post(server.url("/v1/memories"))

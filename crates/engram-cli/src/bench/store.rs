@@ -465,6 +465,7 @@ pub fn run(ctx: &Context, args: BenchStoreArgs) -> Result<Status> {
         }
     }
     let common = if args.common_words > 0 {
+        let exe = std::env::current_exe().context("cannot find the engram executable")?;
         Some(common_words(ctx, &root, &exe, &args)?)
     } else {
         None
