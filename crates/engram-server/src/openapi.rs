@@ -6,6 +6,8 @@ use std::sync::OnceLock;
 
 use serde_json::{Value, json};
 
+use engram_core::memory::{Kind, MAX_ID_BYTES, MAX_TEXT_BYTES};
+
 use crate::error::ErrorCode;
 
 /// The document, serialised once.
@@ -59,13 +61,61 @@ fn query(name: &str, description: &str, required: bool, schema: Value) -> Value 
     json!({"name": name, "in": "query", "required": required, "description": description, "schema": schema})
 }
 
+/// Characters an id may not hold: Unicode's control characters (what `char::is_control` sees).
+const CONTROL: &str = "\\u0000-\\u001f\\u007f-\\u009f";
+
+/// A user, agent or session id as the server takes it: not blank, no control characters, at
+/// most [`MAX_ID_BYTES`] bytes of UTF-8 (JSON Schema counts characters, so the bound is exact for
+/// ASCII and the description says bytes).
+pub(crate) fn id_schema(description: &str) -> Value {
+    json!({
+        "type": "string",
+        "description": format!("{description} At most {MAX_ID_BYTES} bytes of UTF-8, not blank, no control characters."),
+        "minLength": 1,
+        "maxLength": MAX_ID_BYTES,
+        "pattern": format!("^[^{CONTROL}]*[^\\s{CONTROL}][^{CONTROL}]*$"),
+    })
+}
+
+/// A time as the server reads it (engram_core::time::parse_time, in UTC): RFC 3339, a date,
+/// now/today/yesterday, or an age such as 7d.
+fn time_schema(description: &str) -> Value {
+    json!({"description": description, "anyOf": [
+        {"type": "string", "format": "date-time"},
+        {"type": "string", "format": "date"},
+        {"type": "string", "enum": ["now", "today", "yesterday"]},
+        {"type": "string", "pattern": "^[0-9]{1,5}[smhdw]$", "description": "An age before now."}
+    ]})
+}
+
+/// Text that holds something besides white space (a memory, a search query), of at most
+/// `max_bytes` bytes of UTF-8 (the schema's maxLength counts characters: exact for ASCII).
+fn words_schema(description: &str, max_bytes: usize) -> Value {
+    json!({"type": "string", "description": description, "pattern": "\\S", "maxLength": max_bytes})
+}
+
+/// Kinds separated by commas, in any case, empty pieces ignored (as `QueryPairs::list` reads them).
+fn kind_list_pattern() -> String {
+    let kinds: Vec<String> = Kind::ALL
+        .iter()
+        .map(|kind| {
+            kind.as_str()
+                .chars()
+                .map(|c| format!("[{}{}]", c, c.to_ascii_uppercase()))
+                .collect()
+        })
+        .collect();
+    let kind = format!("(?:{})", kinds.join("|"));
+    format!("^\\s*(?:{kind}\\s*)?(?:,\\s*(?:{kind}\\s*)?)*$")
+}
+
 fn filter_parameters() -> Vec<Value> {
     vec![
         query(
             "user_id",
             "Whose memories (required).",
             true,
-            json!({"type": "string"}),
+            id_schema("A user id."),
         ),
         query(
             "agent_id",
@@ -83,7 +133,7 @@ fn filter_parameters() -> Vec<Value> {
             "kind",
             "Only these kinds (repeat or comma-separate).",
             false,
-            json!({"type": "string"}),
+            json!({"type": "string", "pattern": kind_list_pattern()}),
         ),
         query(
             "category",
@@ -95,9 +145,9 @@ fn filter_parameters() -> Vec<Value> {
             "since",
             "Created at or after (RFC 3339, a date, or an age such as 7d).",
             false,
-            json!({"type": "string"}),
+            time_schema("A time."),
         ),
-        query("until", "Created before.", false, json!({"type": "string"})),
+        query("until", "Created before.", false, time_schema("A time.")),
         query(
             "min_importance",
             "At least this important (1-5).",
@@ -108,7 +158,7 @@ fn filter_parameters() -> Vec<Value> {
             "where",
             "Metadata condition key=value (repeatable; all must hold).",
             false,
-            json!({"type": "string"}),
+            json!({"type": "string", "pattern": "^[^=\"\\\\]*[^\\s=\"\\\\][^=\"\\\\]*="}),
         ),
         query(
             "include_closed",
@@ -131,13 +181,13 @@ fn page_parameters() -> Vec<Value> {
             "offset",
             "Memories to skip.",
             false,
-            json!({"type": "integer", "minimum": 0}),
+            json!({"type": "integer", "minimum": 0, "maximum": usize::MAX}),
         ),
         query(
             "cursor",
             "Where the previous page ended (`next_cursor`); instead of offset.",
             false,
-            json!({"type": "string"}),
+            json!({"type": "string", "pattern": "^o[0-9a-f]{1,15}$"}),
         ),
     ]
 }
@@ -170,7 +220,7 @@ pub fn document() -> Value {
             "user_id",
             "Whose session (required).",
             true,
-            json!({"type": "string"}),
+            id_schema("A user id."),
         ),
         query(
             "include_closed",
@@ -181,35 +231,37 @@ pub fn document() -> Value {
     ];
     session_params.extend(page_parameters());
     let memory_fields = json!({
-        "user_id": {"type": "string", "description": "Whose memory (required)."},
-        "agent_id": {"type": "string"},
-        "session_id": {"type": "string"},
+        "user_id": id_schema("Whose memory (required)."),
+        "agent_id": id_schema("The agent it belongs to."),
+        "session_id": id_schema("The session it came from."),
         "kind": {"$ref": "#/components/schemas/Kind"},
         "category": {"type": "string", "description": "Free text such as user_info, decision."},
         "importance": {"type": "integer", "minimum": 1, "maximum": 5, "default": 3},
         "metadata": {"type": "object", "description": "Stored exactly as given."},
-        "created_at": {"type": "string", "description": "When it happened (RFC 3339, a date, or an age); default now."},
-        "expires_at": {"type": "string", "description": "Forget it on its own at this time."}
+        "created_at": time_schema("When it happened (RFC 3339, a date, or an age); default now."),
+        "expires_at": time_schema("Forget it on its own at this time.")
     });
     let mut new_memory = memory_fields.clone();
     if let Some(map) = new_memory.as_object_mut() {
         map.insert(
             "text".into(),
-            json!({"type": "string", "description": "What to remember (at most 64 KiB)."}),
+            words_schema("What to remember (at most 64 KiB).", MAX_TEXT_BYTES),
         );
     }
     let mut add_request = memory_fields;
     if let Some(map) = add_request.as_object_mut() {
         map.insert(
             "text".into(),
-            json!({"type": "string", "description": "One memory. Give text or messages."}),
+            words_schema("One memory. Give text or messages.", MAX_TEXT_BYTES),
         );
         map.insert("messages".into(), json!({
             "type": "array",
+            "minItems": 1,
+            "maxItems": 10000,
             "description": "A conversation. With infer: false each message is stored verbatim as a memory (kind episode unless given, metadata.role set).",
             "items": {"type": "object", "additionalProperties": false, "required": ["role", "content"], "properties": {
                 "role": {"type": "string", "enum": ["user", "assistant", "system", "tool"]},
-                "content": {"type": "string"}
+                "content": words_schema("What was said.", MAX_TEXT_BYTES)
             }}
         }));
         map.insert("infer".into(), json!({"type": "boolean", "default": true, "description": "Extract episodes, facts and preferences from the messages with the configured language model and merge them with what is known (the answer is {\"extraction\": report}); false stores each message verbatim. Without a model, true answers 501 not_implemented."}));
@@ -306,13 +358,13 @@ fn paths(list_params: Vec<Value>, session_params: Vec<Value>) -> Value {
     paths.insert("/v1/export".into(), json!({"get": {
                 "summary": "Every memory of a user as JSONL (the format `engram import` reads), streamed.",
                 "operationId": "exportMemories",
-                "parameters": [query("user_id", "Whose memories (required).", true, json!({"type": "string"}))],
+                "parameters": [query("user_id", "Whose memories (required).", true, id_schema("A user id."))],
                 "responses": with_errors(json!({"200": {"description": "One Memory per line.", "content": {"application/x-ndjson": {"schema": {"$ref": "#/components/schemas/Memory"}}}}}), &[400, 401, 403, 503])
             }}));
     paths.insert("/v1/sessions".into(), json!({"get": {
                 "summary": "A user's sessions, most recent first: the agent's conversations kept for that user (transcript: true) and the session ids their memories carry.",
                 "operationId": "listSessions",
-                "parameters": [query("user_id", "Whose sessions (required).", true, json!({"type": "string"}))],
+                "parameters": [query("user_id", "Whose sessions (required).", true, id_schema("A user id."))],
                 "responses": with_errors(json!({"200": json_ok("The sessions.", "SessionList")}), &[400, 401, 403, 503])
             }}));
     paths.insert("/v1/sessions/{session_id}".into(), json!({"get": {
@@ -350,7 +402,11 @@ fn schemas(codes: Vec<&str>, new_memory: Value, add_request: Value) -> Value {
                     "source": {"type": "string"}, "content_hash": {"type": "string"}
                 }}));
     schemas.insert("NewMemory".into(), json!({"type": "object", "additionalProperties": false, "required": ["user_id", "text"], "properties": new_memory}));
-    schemas.insert("AddRequest".into(), json!({"type": "object", "additionalProperties": false, "required": ["user_id"], "properties": add_request}));
+    schemas.insert("AddRequest".into(), json!({"type": "object", "additionalProperties": false, "required": ["user_id"], "properties": add_request,
+                    "oneOf": [
+                        {"required": ["text"], "not": {"anyOf": [{"required": ["messages"]}, {"required": ["infer"]}]}, "description": "One memory, stored as given (infer applies to messages only)."},
+                        {"required": ["messages"], "not": {"required": ["text"]}, "description": "A conversation."}
+                    ]}));
     schemas.insert("Outcome".into(), json!({"type": "object", "required": ["status"], "properties": {
                     "status": {"type": "string", "enum": ["added", "duplicate", "rejected"]},
                     "id": {"type": "string", "format": "uuid"},
@@ -359,7 +415,8 @@ fn schemas(codes: Vec<&str>, new_memory: Value, add_request: Value) -> Value {
                 }}));
     schemas.insert("AddResult".into(), json!({"oneOf": [
                     {"$ref": "#/components/schemas/Outcome"},
-                    {"type": "object", "required": ["results"], "properties": {"results": {"type": "array", "items": {"$ref": "#/components/schemas/Outcome"}}}}
+                    {"type": "object", "required": ["results"], "properties": {"results": {"type": "array", "items": {"$ref": "#/components/schemas/Outcome"}}}},
+                    {"type": "object", "required": ["extraction"], "description": "messages with infer: true: what extraction did.", "properties": {"extraction": {"type": "object"}}}
                 ]}));
     schemas.insert("BatchRequest".into(), json!({"type": "object", "additionalProperties": false, "required": ["memories"], "properties": {
                     "memories": {"type": "array", "maxItems": 10000, "items": {"$ref": "#/components/schemas/NewMemory"}}
@@ -369,14 +426,14 @@ fn schemas(codes: Vec<&str>, new_memory: Value, add_request: Value) -> Value {
                     "results": {"type": "array", "items": {"$ref": "#/components/schemas/Outcome"}}
                 }}));
     schemas.insert("SearchRequest".into(), json!({"type": "object", "additionalProperties": false, "required": ["user_id", "query"], "properties": {
-                    "user_id": {"type": "string"}, "query": {"type": "string"},
+                    "user_id": id_schema("Whose memories."), "query": {"type": "string", "maxLength": MAX_TEXT_BYTES, "pattern": "[^\\W_]", "description": "What to look for: at least one word (a query of stop words only, such as 'the', is refused with invalid_request)."},
                     "limit": {"type": "integer", "minimum": 1, "maximum": 1000, "default": 10},
                     "agent_id": {"type": "string"}, "session_id": {"type": "string"},
                     "kinds": {"type": "array", "items": {"$ref": "#/components/schemas/Kind"}},
                     "categories": {"type": "array", "items": {"type": "string"}},
-                    "since": {"type": "string"}, "until": {"type": "string"},
+                    "since": time_schema("Created at or after."), "until": time_schema("Created before."),
                     "min_importance": {"type": "integer", "minimum": 1, "maximum": 5},
-                    "where": {"type": "object", "description": "Metadata equalities: {\"key\": \"value\"} (strings, numbers, booleans)."},
+                    "where": {"type": "object", "additionalProperties": {"type": ["string", "number", "boolean"]}, "propertyNames": {"pattern": "^[^\"\\\\]*$", "description": "No quotes or backslashes."}, "description": "Metadata equalities: {\"key\": \"value\"} (strings, numbers, booleans)."},
                     "include_closed": {"type": "boolean", "default": false},
                     "explain": {"type": "boolean", "default": false, "description": "Add how each score came about."}
                 }}));
@@ -403,12 +460,12 @@ fn schemas(codes: Vec<&str>, new_memory: Value, add_request: Value) -> Value {
                 }}));
     schemas.insert(
         "UpdateRequest".into(),
-        json!({"type": "object", "additionalProperties": false, "properties": {
-            "text": {"type": "string"},
+        json!({"type": "object", "additionalProperties": false, "minProperties": 1, "description": "At least one field to change.", "properties": {
+            "text": words_schema("The new text.", MAX_TEXT_BYTES),
             "category": {"type": ["string", "null"], "description": "null clears it."},
             "importance": {"type": "integer", "minimum": 1, "maximum": 5},
             "metadata": {"type": "object", "description": "Replaces the metadata."},
-            "expires_at": {"type": ["string", "null"], "description": "null clears it."}
+            "expires_at": {"anyOf": [time_schema("A time."), {"type": "null"}], "description": "null clears it."}
         }}),
     );
     schemas.insert("Deleted".into(), json!({"type": "object", "required": ["status", "id"], "properties": {"status": {"const": "deleted"}, "id": {"type": "string", "format": "uuid"}}}));
@@ -436,7 +493,7 @@ fn inspector_paths(paths: &mut serde_json::Map<String, Value>) {
             "user_id",
             "Whose memory (required).",
             true,
-            json!({"type": "string"}),
+            id_schema("A user id."),
         )
     };
     paths.insert("/v1/users".into(), json!({"get": {
@@ -457,7 +514,7 @@ fn inspector_paths(paths: &mut serde_json::Map<String, Value>) {
         "tz",
         "The time zone days are cut in: an IANA name such as Europe/Lisbon, or UTC (the default).",
         false,
-        json!({"type": "string"}),
+        json!({"type": "string", "enum": time_zone_names()}),
     ));
     paths.insert("/v1/timeline".into(), json!({"get": {
                 "summary": "How many of a user's memories match the filters, per day of creation and kind, oldest day first; days without memories are left out.",
@@ -489,10 +546,22 @@ fn inspector_paths(paths: &mut serde_json::Map<String, Value>) {
     paths.insert("/v1/import".into(), json!({"post": {
                 "summary": "Import a JSONL file of memories (the format /v1/export and engram export write; the lines engram import reads), in transactions of up to 10,000 lines. Bad lines are named and skipped, good ones kept; the same text in the same scope is stored once.",
                 "operationId": "importMemories",
-                "parameters": [query("user_id", "The user being imported: lines without user_id are theirs, lines naming another user are rejected. Without it, every line names its user.", false, json!({"type": "string"}))],
+                "parameters": [query("user_id", "The user being imported: lines without user_id are theirs, lines naming another user are rejected. Without it, every line names its user.", false, id_schema("A user id."))],
                 "requestBody": {"required": true, "content": {"application/x-ndjson": {"schema": {"$ref": "#/components/schemas/ImportLine"}}}},
                 "responses": with_errors(json!({"200": json_ok("What happened, with the rejected lines.", "ImportResult")}), &[400, 401, 403, 413, 415, 503])
             }}));
+}
+
+/// The time zones `tz` takes: UTC and every name in the time zone database the server reads.
+fn time_zone_names() -> Vec<String> {
+    let mut names: Vec<String> = jiff::tz::db()
+        .available()
+        .map(|name| name.as_str().to_string())
+        .collect();
+    names.push("UTC".into());
+    names.sort();
+    names.dedup();
+    names
 }
 
 fn inspector_schemas(schemas: &mut serde_json::Map<String, Value>) {

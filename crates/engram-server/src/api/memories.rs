@@ -44,6 +44,16 @@ pub(crate) fn parse_id(raw: &str) -> Result<MemoryId, ApiError> {
         .map_err(|e: engram_core::memory::ParseIdError| ApiError::invalid(e.to_string()))
 }
 
+/// `Some(v)` for a value, `None` when absent; an explicit `null` is refused (for the fields that
+/// `null` cannot clear).
+fn present<'de, D, T>(deserializer: D) -> Result<Option<T>, D::Error>
+where
+    D: Deserializer<'de>,
+    T: Deserialize<'de>,
+{
+    T::deserialize(deserializer).map(Some)
+}
+
 /// `Some(None)` for an explicit `null`, `Some(Some(v))` for a value, `None` when absent.
 fn nullable<'de, D, T>(deserializer: D) -> Result<Option<Option<T>>, D::Error>
 where
@@ -51,6 +61,26 @@ where
     T: Deserialize<'de>,
 {
     Option::<T>::deserialize(deserializer).map(Some)
+}
+
+/// An optional count, which JSON may spell `10` or `10.0` (both integers to JSON Schema).
+fn whole_number<'de, D>(deserializer: D) -> Result<Option<usize>, D::Error>
+where
+    D: Deserializer<'de>,
+{
+    let Some(n) = Option::<f64>::deserialize(deserializer)? else {
+        return Ok(None);
+    };
+    // usize::MAX as f64 rounds up to 2^64, which is itself out of range: hence `<`.
+    #[allow(clippy::cast_precision_loss)]
+    let in_range = n >= 0.0 && n < usize::MAX as f64;
+    if n.fract() != 0.0 || !in_range {
+        return Err(serde::de::Error::custom(format!(
+            "expected a whole number, got {n}"
+        )));
+    }
+    #[allow(clippy::cast_possible_truncation, clippy::cast_sign_loss)]
+    Ok(Some(n as usize))
 }
 
 /// The fields of one memory to add, as the API takes them.
@@ -416,7 +446,7 @@ pub(crate) async fn batch(
 pub(crate) struct SearchBody {
     user_id: String,
     query: String,
-    #[serde(default)]
+    #[serde(default, deserialize_with = "whole_number")]
     limit: Option<usize>,
     #[serde(default)]
     agent_id: Option<String>,
@@ -708,13 +738,13 @@ pub(crate) async fn get_one(
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub(crate) struct UpdateBody {
-    #[serde(default)]
+    #[serde(default, deserialize_with = "present")]
     text: Option<String>,
     #[serde(default, deserialize_with = "nullable")]
     category: Option<Option<String>>,
-    #[serde(default)]
+    #[serde(default, deserialize_with = "present")]
     importance: Option<Importance>,
-    #[serde(default)]
+    #[serde(default, deserialize_with = "present")]
     metadata: Option<Map<String, Value>>,
     #[serde(default, deserialize_with = "nullable")]
     expires_at: Option<Option<String>>,
