@@ -19,9 +19,12 @@ use serde::Serialize;
 use serde_json::json;
 
 use super::store::{SplitMix, Vocabulary};
+
+mod faults;
 use crate::commands::Context;
 use crate::exit::Status;
 use crate::output;
+use faults::{FaultReport, FaultRun, Faults, Target};
 
 /// `engram bench server`.
 #[derive(Debug, Args)]
@@ -29,7 +32,10 @@ use crate::output;
 Needs wrk on the PATH (apt-get install wrk) or --wrk PATH. Run it on a release build:
   cargo build --release --bin engram && ./target/release/engram bench server
 Compare the native search route with Mem0's, in turns on the same data:
-  ./target/release/engram bench server --route native,mem0,mem0-oss --rounds 3")]
+  ./target/release/engram bench server --route native,mem0,mem0-oss --rounds 3
+Search while 2,000 connections stall, 50 clients trickle, 200 flood without a token and the
+database's write lock is taken for 200 ms every second:
+  ./target/release/engram bench server --faults stalled=2000,slow=50,flood=200,db-lock=200/1000")]
 pub struct BenchServerArgs {
     /// Memories to ingest before searching.
     #[arg(long, default_value = "100000")]
@@ -81,6 +87,15 @@ pub struct BenchServerArgs {
     /// Times each route is measured, in turns (figures are the medians).
     #[arg(long, default_value = "1", value_parser = clap::value_parser!(u32).range(1..=20))]
     pub rounds: u32,
+    /// Misbehaving clients and a busy database during the searches, comma-separated:
+    /// stalled=N (connections that send half a request and stall; reopened when the server
+    /// closes them), slow=N (clients sending whole searches a byte every 20 ms), flood=N
+    /// (clients searching without a token as fast as they are answered), db-lock=HOLD[/EVERY]
+    /// (another connection holds SQLite's write lock HOLD ms every EVERY ms, default 1000).
+    /// A well-behaved writer then also adds a memory every 20 ms. Error answers to the
+    /// well-behaved clients are reported instead of ending the bench.
+    #[arg(long, value_name = "FAULTS")]
+    pub faults: Option<Faults>,
 }
 
 /// A search route of `engram serve`.
@@ -332,6 +347,9 @@ struct Report {
     wrk_cpu_ms_per_search: f64,
     /// Every route's figures: medians over the rounds.
     routes: Vec<RouteFigures>,
+    /// With --faults: what the faults did and what the well-behaved writer saw.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    faults: Option<FaultReport>,
     server_peak_rss_mib: f64,
     load_average_before: String,
     load_average_after: String,
@@ -582,6 +600,29 @@ pub fn run(ctx: &Context, args: BenchServerArgs) -> Result<Status> {
         }
         Ok((stdout, cpu))
     };
+    let fault_run = match &args.faults {
+        Some(faults) => {
+            let (user, query) = &queries[0];
+            let run = FaultRun::start(
+                faults,
+                Target {
+                    url: server.url.clone(),
+                    token: token.clone(),
+                    user: user.clone(),
+                    search_body: SearchRoute::Native
+                        .body(user, query, args.limit)
+                        .to_string(),
+                    database: home.join(DATABASE_FILE),
+                },
+            )?;
+            eprintln!(
+                "faults on: {faults} ({} stalled connections pending)",
+                run.stalled_open()
+            );
+            Some(run)
+        }
+        None => None,
+    };
     for script in &scripts {
         wrk(script, 5)?;
     }
@@ -601,7 +642,7 @@ pub fn run(ctx: &Context, args: BenchServerArgs) -> Result<Status> {
                 figures.requests_per_second,
                 figures.p99_ms
             );
-            if figures.non_2xx > 0 {
+            if figures.non_2xx > 0 && fault_run.is_none() {
                 bail!(
                     "{} answered {} searches with an error status",
                     route.path(),
@@ -617,6 +658,7 @@ pub fn run(ctx: &Context, args: BenchServerArgs) -> Result<Status> {
         .zip(&measured)
         .map(|(route, rounds)| summarise(*route, rounds))
         .collect();
+    let fault_report = fault_run.map(FaultRun::stop).transpose()?;
     let first = figures[0].clone();
     let text = last_text;
     let report = Report {
@@ -639,6 +681,7 @@ pub fn run(ctx: &Context, args: BenchServerArgs) -> Result<Status> {
         wrk_cpu_ms_per_search: first.wrk_cpu_ms_per_search,
         searches: first.searches.clone(),
         routes: figures,
+        faults: fault_report,
         server_peak_rss_mib: server.peak_rss_mib(),
         load_average_before: load_before,
         load_average_after: load_average(),
@@ -695,9 +738,41 @@ pub fn run(ctx: &Context, args: BenchServerArgs) -> Result<Status> {
                 report.cores
             );
         }
+        if let Some(f) = &report.faults {
+            print_faults(f);
+        }
         println!("server peak RSS {:.0} MiB", report.server_peak_rss_mib);
     }
     Ok(Status::Success)
+}
+
+/// The fault lines of the text report.
+fn print_faults(f: &FaultReport) {
+    println!("faults {}:", f.faults);
+    println!(
+        "  stalled: {} pending before the warm-up, {} at the end; {} opened in all, {} closed by the server, {} refused busy",
+        f.stalled_open_at_start,
+        f.stalled_open_at_end,
+        f.stalled_opened,
+        f.stalled_closed_by_server,
+        f.stalled_refused_busy
+    );
+    println!(
+        "  slow: {} requests answered ({} with 200), {} cut off",
+        f.slow_answered, f.slow_ok, f.slow_cut_off
+    );
+    println!(
+        "  flood: {} requests answered ({} 401, {} 503 busy), {} failed unanswered",
+        f.flood_requests, f.flood_unauthorized, f.flood_busy, f.flood_errors
+    );
+    println!(
+        "  db-lock: {} write locks held, {:.1} s in all; {} failed connects over the misbehaving clients",
+        f.db_locks, f.db_locked_seconds, f.connect_errors
+    );
+    println!(
+        "  well-behaved writes: {} ({} errors), p50 {:.2} ms, p99 {:.2} ms",
+        f.writes, f.write_errors, f.write_p50_ms, f.write_p99_ms
+    );
 }
 
 #[cfg(test)]
