@@ -628,6 +628,8 @@ pub fn run(ctx: &Context, args: BenchServerArgs) -> Result<Status> {
     }
     // Routes in turns, so that a noisy moment of the machine does not fall on one route only.
     let mut measured: Vec<Vec<(WrkFigures, f64, f64)>> = vec![Vec::new(); routes.len()];
+    // In fault mode this process runs only the misbehaving clients (and the writer) meanwhile.
+    let own_cpu_before = cpu_seconds(std::process::id());
     let mut last_text = String::new();
     for round in 0..args.rounds {
         for (i, route) in routes.iter().enumerate() {
@@ -658,7 +660,10 @@ pub fn run(ctx: &Context, args: BenchServerArgs) -> Result<Status> {
         .zip(&measured)
         .map(|(route, rounds)| summarise(*route, rounds))
         .collect();
-    let fault_report = fault_run.map(FaultRun::stop).transpose()?;
+    let fault_clients_cpu = cpu_seconds(std::process::id()) - own_cpu_before;
+    let fault_report = fault_run
+        .map(|run| run.stop(fault_clients_cpu))
+        .transpose()?;
     let first = figures[0].clone();
     let text = last_text;
     let report = Report {
@@ -772,6 +777,10 @@ fn print_faults(f: &FaultReport) {
     println!(
         "  well-behaved writes: {} ({} errors), p50 {:.2} ms, p99 {:.2} ms",
         f.writes, f.write_errors, f.write_p50_ms, f.write_p99_ms
+    );
+    println!(
+        "  the fault clients used {:.1} CPU seconds during the searches (on the server's cores)",
+        f.clients_cpu_seconds
     );
 }
 

@@ -185,6 +185,8 @@ pub struct FaultReport {
     pub write_p50_ms: f64,
     /// Their latency.
     pub write_p99_ms: f64,
+    /// CPU seconds the misbehaving clients and the writer used while the searches ran.
+    pub clients_cpu_seconds: f64,
 }
 
 #[derive(Default)]
@@ -322,8 +324,9 @@ impl FaultRun {
         self.counters.stalled_open.load(Ordering::Relaxed)
     }
 
-    /// Ends the faults and reports what they did.
-    pub fn stop(self) -> Result<FaultReport> {
+    /// Ends the faults and reports what they did; `clients_cpu_seconds` is what they cost
+    /// meanwhile, as the caller measured it.
+    pub fn stop(self, clients_cpu_seconds: f64) -> Result<FaultReport> {
         let stalled_open_at_end = self.stalled_open();
         let _ = self.stop.send(true);
         if let Some(thread) = self.lock_thread {
@@ -361,6 +364,7 @@ impl FaultRun {
             write_errors: load(&c.write_errors),
             write_p50_ms: percentile_ms(&latencies, 0.5),
             write_p99_ms: percentile_ms(&latencies, 0.99),
+            clients_cpu_seconds,
         })
     }
 }
