@@ -33,9 +33,6 @@ fn setting(name: &str, default: &str) -> String {
     std::env::var(name).unwrap_or_else(|_| default.to_string())
 }
 
-/// A memory the `{id}` routes are pointed at (imported with this id).
-const KNOWN_ID: &str = "0190f5a2-7c3e-7b1a-9d4e-3f2a1b0c9d8e";
-
 fn schemathesis_python() -> PathBuf {
     match std::env::var_os("ENGRAM_TEST_SCHEMATHESIS_PYTHON") {
         Some(path) if Path::new(&path).exists() => PathBuf::from(path),
@@ -66,11 +63,21 @@ fn engram(home: &Path) -> Command {
     command
 }
 
-/// Memories of the token's user in several shapes, and one of another user.
-fn seed(home: &Path) {
+/// The id the settings point the `{id}` routes at (`[parameters] "path.id"`).
+fn known_id(settings: &str) -> String {
+    let settings: toml::Table = settings.parse().unwrap();
+    settings["parameters"]["path.id"]
+        .as_str()
+        .expect("schemathesis.toml names a path.id")
+        .to_string()
+}
+
+/// Memories of the token's user in several shapes (one of them with `known_id`), and one of
+/// another user.
+fn seed(home: &Path, known_id: &str) {
     let lines = [
         format!(
-            r#"{{"id": "{KNOWN_ID}", "user_id": "alice", "text": "Alice prefers green tea in the morning", "kind": "preference", "category": "food", "importance": 4, "metadata": {{"key": "drink", "source": "chat"}}}}"#
+            r#"{{"id": "{known_id}", "user_id": "alice", "text": "Alice prefers green tea in the morning", "kind": "preference", "category": "food", "importance": 4, "metadata": {{"key": "drink", "source": "chat"}}}}"#
         ),
         r#"{"user_id": "alice", "agent_id": "planner", "session_id": "s1", "text": "Booked a flight to Lisbon for the conference", "kind": "episode", "category": "travel", "created_at": "2026-03-01T09:30:00Z"}"#.to_string(),
         r#"{"user_id": "alice", "session_id": "s1", "text": "The conference talk is about memory for agents", "kind": "note", "expires_at": "2099-01-01T00:00:00Z"}"#.to_string(),
@@ -138,17 +145,10 @@ impl Drop for Served {
 fn the_rest_api_keeps_its_openapi_contract_under_schemathesis() {
     let python = schemathesis_python();
     let home = TempDir::new().unwrap();
-    seed(home.path());
+    let config = contract_file("schemathesis.toml");
+    let settings = std::fs::read_to_string(&config).unwrap();
+    seed(home.path(), &known_id(&settings));
     let served = Served::start(home.path());
-
-    // The settings file, with the `{id}` routes pointed at the seeded memory.
-    let settings = std::fs::read_to_string(contract_file("schemathesis.toml")).unwrap();
-    let config = home.path().join("schemathesis.toml");
-    std::fs::write(
-        &config,
-        format!("{settings}\n[parameters]\n\"path.id\" = \"{KNOWN_ID}\"\n"),
-    )
-    .unwrap();
 
     let reports = home.path().join("reports");
     let output = Command::new(python)
