@@ -101,6 +101,24 @@ fn json_error(err: &serde_json::Error) -> String {
 /// Reads one line of an import file into a memory to add, or says in one line why it cannot
 /// be used. A line without `user_id` belongs to `default_user` when one is given.
 pub fn parse_import_line(bytes: &[u8], default_user: Option<&str>) -> Result<NewMemory, String> {
+    read_line(bytes, default_user).map_err(|reason| on_one_line(&reason))
+}
+
+/// The reason with its control characters written as escapes (`\n`, `\u{1b}`): reasons quote
+/// field names and values from the line, and are shown as `line N: <reason>` on a terminal.
+fn on_one_line(reason: &str) -> String {
+    let mut shown = String::with_capacity(reason.len());
+    for c in reason.chars() {
+        if c.is_control() {
+            shown.extend(c.escape_default());
+        } else {
+            shown.push(c);
+        }
+    }
+    shown
+}
+
+fn read_line(bytes: &[u8], default_user: Option<&str>) -> Result<NewMemory, String> {
     let line = std::str::from_utf8(bytes).map_err(|_| "not valid UTF-8".to_string())?;
     let record: ImportRecord = serde_json::from_str(line).map_err(|e| {
         if e.is_syntax() || e.is_eof() {
@@ -156,6 +174,25 @@ mod tests {
                 "{error}"
             );
         }
+    }
+
+    /// Found by the fuzz target `import_line`: a field name holding a newline made the reason
+    /// two lines (and could carry terminal escapes to the screen).
+    #[test]
+    fn reasons_quoting_the_line_stay_on_one_line() {
+        let cases: [&[u8]; 4] = [
+            b"{\"user_id\":\"u\",\"text\":\"x\",\"ag\\nt_id\":1}",
+            b"{\"user_id\":\"u\",\"text\":\"x\",\"kind\":\"dr\\u001b[2Jeam\"}",
+            b"{\"user_id\":\"u\",\"text\":\"x\",\"created_at\":\"so\\non\"}",
+            b"{\"user_id\":\"u\",\"text\":\"x\",\"id\":\"\\r\\n\"}",
+        ];
+        for line in cases {
+            let error = parse_import_line(line, None).unwrap_err();
+            assert!(!error.chars().any(char::is_control), "{error:?}");
+        }
+        let error = parse_import_line(b"{\"user_id\":\"u\",\"text\":\"x\",\"ag\\nt_id\":1}", None)
+            .unwrap_err();
+        assert!(error.starts_with("unknown field `ag\\nt_id`"), "{error}");
     }
 
     #[test]

@@ -8,8 +8,10 @@
 
 use serde_json::{Map, Number, Value};
 
-/// Deepest nesting accepted; deeper input is rejected instead of exhausting the stack.
-pub const MAX_DEPTH: usize = 128;
+/// Deepest nesting of arrays and objects accepted; deeper input is rejected instead of
+/// exhausting the stack. It is serde_json's own limit, so whatever is repaired can be written out
+/// and read back (session logs, tool arguments kept in the history).
+pub const MAX_DEPTH: usize = 127;
 
 /// Most `{` positions tried when looking for an object inside prose (keeps the search linear-ish
 /// on hostile input).
@@ -218,13 +220,14 @@ impl<'a> Parser<'a> {
         }
     }
 
+    /// A value inside `depth` arrays and objects.
     fn value(&mut self, depth: usize) -> Result<Value, LenientJsonError> {
-        if depth > MAX_DEPTH {
-            return Err(self.error(format!("nesting deeper than {MAX_DEPTH} levels")));
-        }
         self.skip_insignificant();
         match self.peek() {
             None => Err(self.error("expected a value, found the end of the text")),
+            Some(b'{' | b'[') if depth >= MAX_DEPTH => {
+                Err(self.error(format!("nesting deeper than {MAX_DEPTH} levels")))
+            }
             Some(b'{') => self.object(depth),
             Some(b'[') => self.array(depth),
             Some(q @ (b'"' | b'\'')) => self.string(q).map(Value::String),
@@ -257,7 +260,7 @@ impl<'a> Parser<'a> {
             self.skip_insignificant();
             match self.peek() {
                 Some(b':' | b'=') => self.pos += 1,
-                _ => return Err(self.error(format!("expected ':' after the key \"{key}\""))),
+                _ => return Err(self.error(format!("expected ':' after the key {key:?}"))),
             }
             let value = self.value(depth + 1)?;
             map.insert(key, value);
@@ -444,8 +447,43 @@ fn is_bare_key_byte(b: u8) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+
     use proptest::prelude::*;
     use serde_json::json;
+
+    /// Found by the fuzz target `lenient_json`: a key holding a newline was quoted raw, making
+    /// the error (shown to the model and in logs) two lines.
+    #[test]
+    fn an_error_quoting_a_key_stays_on_one_line() {
+        let err = parse("```json\n{\" 11,}\n``").unwrap_err();
+        assert!(!err.to_string().contains('\n'), "{err}");
+        let err = parse_arguments("{\"a\nb\" 1}").unwrap_err();
+        assert!(err.to_string().contains(r#"after the key "a\nb""#), "{err}");
+    }
+
+    /// Found by the fuzz target `lenient_json`: 128 nested arrays were repaired into a value
+    /// serde_json refuses to read back (its limit), so it could not be logged and reloaded.
+    #[test]
+    fn what_is_repaired_reads_back_at_any_depth() {
+        for levels in 120..135 {
+            let repaired = format!("{}1,{}", "[".repeat(levels), "]".repeat(levels));
+            let valid = format!("{}1{}", "[".repeat(levels), "]".repeat(levels));
+            let strict = serde_json::from_str::<Value>(&valid).is_ok();
+            match parse(&repaired) {
+                Ok(value) => {
+                    assert!(strict, "{levels} levels repaired past serde_json's limit");
+                    assert_eq!(
+                        serde_json::from_str::<Value>(&value.to_string()).ok(),
+                        Some(value)
+                    );
+                }
+                Err(err) => {
+                    assert!(!strict, "{levels} levels refused: {err}");
+                    assert!(err.to_string().contains("nesting deeper"), "{err}");
+                }
+            }
+        }
+    }
 
     #[test]
     fn repairs_common_model_mistakes() {
