@@ -1,7 +1,8 @@
 //! Reading requests: JSON bodies and query strings, with errors that name the field.
 
 use axum::body::Bytes;
-use axum::extract::{FromRequest, Request};
+use axum::extract::{FromRequest, FromRequestParts, Path, Request};
+use axum::http::request::Parts;
 use axum::http::{StatusCode, header};
 use serde::de::DeserializeOwned;
 
@@ -38,6 +39,38 @@ where
             }
         })?;
         parse_json(&bytes).map(JsonBody)
+    }
+}
+
+/// The route's path parameters (`{id}` in `/v1/memories/{id}`), refused in the API's JSON error
+/// shape: axum's own `Path` answers a plain-text 400 (for a segment that is not UTF-8 once
+/// percent-decoded, say), which no client of a JSON API expects.
+#[derive(Debug, Clone)]
+pub struct PathParam<T>(pub T);
+
+impl<S, T> FromRequestParts<S> for PathParam<T>
+where
+    S: Send + Sync,
+    T: DeserializeOwned + Send,
+{
+    type Rejection = ApiError;
+
+    async fn from_request_parts(parts: &mut Parts, state: &S) -> Result<Self, Self::Rejection> {
+        match Path::<T>::from_request_parts(parts, state).await {
+            Ok(Path(value)) => Ok(PathParam(value)),
+            // A route whose parameters do not fit its handler: the server's fault.
+            Err(rejection) if rejection.status().is_server_error() => Err(ApiError::new(
+                ErrorCode::Internal,
+                format!(
+                    "the route's parameters cannot be read: {}",
+                    rejection.body_text()
+                ),
+            )),
+            Err(rejection) => Err(ApiError::invalid(format!(
+                "the path is not valid: {}",
+                rejection.body_text()
+            ))),
+        }
     }
 }
 

@@ -7,9 +7,9 @@
 //! person signs in with; serving it needs no token (it holds no data).
 
 use axum::Router;
-use axum::extract::Path;
 use std::sync::OnceLock;
 
+use crate::extract::PathParam;
 use axum::http::{HeaderMap, HeaderName, HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Redirect, Response};
 use axum::routing::get;
@@ -68,7 +68,11 @@ pub fn router<S: Clone + Send + Sync + 'static>() -> Router<S> {
         )
         .route(
             "/ui/{*path}",
-            get(|Path(path): Path<String>, headers: HeaderMap| async move { serve(&path, &headers) }),
+            get(
+                |PathParam(path): PathParam<String>, headers: HeaderMap| async move {
+                    serve(&path, &headers)
+                },
+            ),
         )
 }
 

@@ -164,6 +164,30 @@ async fn a_memory_lives_through_every_route() {
     assert_eq!((status, code(&body)), (400, "invalid_request"));
 }
 
+/// Found by the fuzz target `rest_request`: a path parameter that is not UTF-8 once decoded got
+/// axum's plain-text 400; every route answers in its own JSON error shape.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_path_that_is_not_utf8_once_decoded_gets_a_json_error() {
+    let server = TestServer::start().await;
+    for path in [
+        "/v1/memories/%FF",
+        "/v1/memories/0189f5c2%8f3a-7d4e-9b3a-2c3d4u5f6a7b/history",
+        "/v1/sessions/%C3%28/messages",
+        "/ui/%FF",
+    ] {
+        let (status, body) = get(&server, path).await;
+        assert_eq!(
+            (status, code(&body)),
+            (400, "invalid_request"),
+            "{path}: {body}"
+        );
+    }
+    // Mem0's routes answer in Mem0's shape.
+    let (status, body) = get(&server, "/memories/%FF").await;
+    assert_eq!(status, 400, "{body}");
+    assert!(body["detail"].is_string(), "{body}");
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_update_that_duplicates_is_a_conflict() {
     let server = TestServer::start().await;

@@ -2,7 +2,7 @@
 
 use axum::Extension;
 use axum::body::Body;
-use axum::extract::{Path, State};
+use axum::extract::State;
 use axum::http::{HeaderValue, StatusCode, Uri, header};
 use axum::response::{IntoResponse, Response};
 use engram_core::store::MemoryPatch;
@@ -19,7 +19,7 @@ use serde_json::{Map, Value, json};
 use super::AppState;
 use crate::auth::Access;
 use crate::error::ApiError;
-use crate::extract::{JsonBody, QueryPairs};
+use crate::extract::{JsonBody, PathParam, QueryPairs};
 
 /// Most memories in one batch.
 pub const MAX_BATCH: usize = 10_000;
@@ -728,7 +728,7 @@ pub(crate) async fn page_response(
 pub(crate) async fn get_one(
     State(state): State<AppState>,
     Extension(access): Extension<Access>,
-    Path(id): Path<String>,
+    PathParam(id): PathParam<String>,
 ) -> Result<Response, ApiError> {
     let memory = state.service.get(&access, parse_id(&id)?).await?;
     Ok(axum::Json(memory).into_response())
@@ -753,7 +753,7 @@ pub(crate) struct UpdateBody {
 pub(crate) async fn update(
     State(state): State<AppState>,
     Extension(access): Extension<Access>,
-    Path(id): Path<String>,
+    PathParam(id): PathParam<String>,
     JsonBody(body): JsonBody<UpdateBody>,
 ) -> Result<Response, ApiError> {
     let id = parse_id(&id)?;
@@ -783,7 +783,7 @@ pub(crate) async fn update(
 pub(crate) async fn invalidate(
     State(state): State<AppState>,
     Extension(access): Extension<Access>,
-    Path(id): Path<String>,
+    PathParam(id): PathParam<String>,
 ) -> Result<Response, ApiError> {
     let memory = state.service.invalidate(&access, parse_id(&id)?).await?;
     Ok(axum::Json(memory).into_response())
@@ -792,7 +792,7 @@ pub(crate) async fn invalidate(
 pub(crate) async fn delete(
     State(state): State<AppState>,
     Extension(access): Extension<Access>,
-    Path(id): Path<String>,
+    PathParam(id): PathParam<String>,
 ) -> Result<Response, ApiError> {
     let memory = state.service.delete(&access, parse_id(&id)?).await?;
     Ok(axum::Json(json!({"status": "deleted", "id": memory.id})).into_response())
@@ -801,7 +801,7 @@ pub(crate) async fn delete(
 pub(crate) async fn history(
     State(state): State<AppState>,
     Extension(access): Extension<Access>,
-    Path(id): Path<String>,
+    PathParam(id): PathParam<String>,
 ) -> Result<Response, ApiError> {
     let events = state.service.history(&access, parse_id(&id)?).await?;
     Ok(axum::Json(json!({"events": events})).into_response())

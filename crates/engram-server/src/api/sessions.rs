@@ -3,7 +3,7 @@
 //! `session_id`): the list, a session's memories, and a transcript's messages.
 
 use axum::Extension;
-use axum::extract::{Path, State};
+use axum::extract::State;
 use axum::http::Uri;
 use axum::response::{IntoResponse, Response};
 use engram_core::Filter;
@@ -16,7 +16,7 @@ use super::AppState;
 use super::memories::{encode_cursor, next_link, page_from_query, page_response};
 use crate::auth::Access;
 use crate::error::{ApiError, ErrorCode};
-use crate::extract::QueryPairs;
+use crate::extract::{PathParam, QueryPairs};
 
 fn required_user(query: &QueryPairs) -> Result<String, ApiError> {
     query
@@ -42,7 +42,7 @@ pub(crate) async fn list(
 pub(crate) async fn get_one(
     State(state): State<AppState>,
     Extension(access): Extension<Access>,
-    Path(session_id): Path<String>,
+    PathParam(session_id): PathParam<String>,
     uri: Uri,
 ) -> Result<Response, ApiError> {
     let query = QueryPairs::parse(uri.query());
@@ -90,7 +90,7 @@ struct MessageJson<'a> {
 pub(crate) async fn messages(
     State(state): State<AppState>,
     Extension(access): Extension<Access>,
-    Path(session_id): Path<String>,
+    PathParam(session_id): PathParam<String>,
     uri: Uri,
 ) -> Result<Response, ApiError> {
     let query = QueryPairs::parse(uri.query());

@@ -2,7 +2,7 @@
 //! `/memories/{id}`, `/memories/{id}/history`, `/search` and `/reset`, with its bodies and
 //! answers.
 
-use axum::extract::{Path, State};
+use axum::extract::State;
 use axum::http::Uri;
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
@@ -19,7 +19,7 @@ use super::{
 use crate::api::parse_id;
 use crate::auth::Access;
 use crate::error::{ApiError, ErrorCode};
-use crate::extract::{JsonBody, QueryPairs};
+use crate::extract::{JsonBody, PathParam, QueryPairs};
 
 pub(super) fn routes() -> Router<Mem0State> {
     Router::new()
@@ -125,7 +125,7 @@ fn memory_id(raw: &str) -> Result<engram_core::MemoryId, ApiError> {
 async fn get_one(
     State(state): State<Mem0State>,
     Extension(access): Extension<Access>,
-    Path(id): Path<String>,
+    PathParam(id): PathParam<String>,
 ) -> Result<Response, ApiError> {
     let memory = state.service().get(&access, memory_id(&id)?).await?;
     Ok(axum::Json(item::memory_item(&memory, Flavor::OpenSource, None)).into_response())
@@ -154,7 +154,7 @@ where
 async fn update(
     State(state): State<Mem0State>,
     Extension(access): Extension<Access>,
-    Path(id): Path<String>,
+    PathParam(id): PathParam<String>,
     JsonBody(body): JsonBody<UpdateBody>,
 ) -> Result<Response, ApiError> {
     let id = memory_id(&id)?;
@@ -172,7 +172,7 @@ async fn update(
 async fn delete_one(
     State(state): State<Mem0State>,
     Extension(access): Extension<Access>,
-    Path(id): Path<String>,
+    PathParam(id): PathParam<String>,
 ) -> Result<Response, ApiError> {
     state.service().delete(&access, memory_id(&id)?).await?;
     Ok(axum::Json(json!({"message": "Memory deleted successfully"})).into_response())
@@ -181,7 +181,7 @@ async fn delete_one(
 async fn history(
     State(state): State<Mem0State>,
     Extension(access): Extension<Access>,
-    Path(id): Path<String>,
+    PathParam(id): PathParam<String>,
 ) -> Result<Response, ApiError> {
     let id = memory_id(&id)?;
     let events = state.service().history(&access, id).await?;

@@ -2,7 +2,7 @@
 //! calls them: trailing slashes, `Authorization: Token KEY`, v3 adds, lists and searches, v1
 //! single-memory routes, batches and events.
 
-use axum::extract::{Path, State};
+use axum::extract::State;
 use axum::http::Uri;
 use axum::response::{IntoResponse, Response};
 use axum::routing::{any, get, post, put};
@@ -21,7 +21,7 @@ use super::{
 use crate::api::parse_id;
 use crate::auth::Access;
 use crate::error::ApiError;
-use crate::extract::{JsonBody, QueryPairs};
+use crate::extract::{JsonBody, PathParam, QueryPairs};
 
 pub(super) fn routes() -> Router<Mem0State> {
     let mut router = Router::new()
@@ -503,7 +503,7 @@ pub(super) struct Results<'a> {
 async fn get_one(
     State(state): State<Mem0State>,
     Extension(access): Extension<Access>,
-    Path(id): Path<String>,
+    PathParam(id): PathParam<String>,
 ) -> Result<Response, ApiError> {
     let memory = state.service().get(&access, memory_id(&id)?).await?;
     Ok(axum::Json(item::memory_item(&memory, Flavor::Platform, None)).into_response())
@@ -570,7 +570,7 @@ pub(super) fn patch_for(
 async fn update(
     State(state): State<Mem0State>,
     Extension(access): Extension<Access>,
-    Path(id): Path<String>,
+    PathParam(id): PathParam<String>,
     JsonBody(body): JsonBody<UpdateBody>,
 ) -> Result<Response, ApiError> {
     refuse_unsupported(&[("timestamp", &body.timestamp)])?;
@@ -589,7 +589,7 @@ async fn update(
 async fn delete_one(
     State(state): State<Mem0State>,
     Extension(access): Extension<Access>,
-    Path(id): Path<String>,
+    PathParam(id): PathParam<String>,
     uri: Uri,
 ) -> Result<Response, ApiError> {
     let query = QueryPairs::parse(uri.query());
@@ -603,7 +603,7 @@ async fn delete_one(
 async fn history(
     State(state): State<Mem0State>,
     Extension(access): Extension<Access>,
-    Path(id): Path<String>,
+    PathParam(id): PathParam<String>,
 ) -> Result<Response, ApiError> {
     let id = memory_id(&id)?;
     let events = state.service().history(&access, id).await?;
@@ -772,7 +772,7 @@ async fn entities(
 async fn delete_entity(
     State(state): State<Mem0State>,
     Extension(access): Extension<Access>,
-    Path((kind, name)): Path<(String, String)>,
+    PathParam((kind, name)): PathParam<(String, String)>,
 ) -> Result<Response, ApiError> {
     let key = match kind.as_str() {
         "user" => {
@@ -800,7 +800,7 @@ async fn delete_entity(
 async fn event(
     State(state): State<Mem0State>,
     Extension(access): Extension<Access>,
-    Path(id): Path<String>,
+    PathParam(id): PathParam<String>,
 ) -> Result<Response, ApiError> {
     state
         .events
