@@ -9,5 +9,16 @@ fuzz_target!(|text: &str| {
     if let ProtocolAction::Tool { name, params } = &reply.action {
         assert!(params.is_object(), "tool {name}: params must be an object: {params}");
     }
-    let _ = parse_reply(&render_reply(&reply));
+    // The model's turn goes back into its history as `render_reply`: read again, it says the
+    // same thing.
+    let rendered = render_reply(&reply);
+    let again = parse_reply(&rendered);
+    assert_eq!(again.thought, reply.thought, "{rendered}");
+    match (&again.action, &reply.action) {
+        (ProtocolAction::Tool { name, params }, ProtocolAction::Tool { name: n, params: p }) => {
+            assert_eq!(name, n, "{rendered}");
+            assert!(engram_fuzz::same_json(params, p), "{rendered}");
+        }
+        (again, first) => assert_eq!(again, first, "{rendered}"),
+    }
 });

@@ -45,3 +45,31 @@ pub const SEED_TEXTS: &[&str] = &[
     "the deploy runs every Friday at 5pm",
     "café au lait, naïve résumé",
 ];
+
+/// True when `a` and `b` are the same JSON, numbers equal or within a few units in the last
+/// place: serde_json (without its `float_roundtrip` feature, which engram does not turn on) may
+/// read a long number back one unit in the last place away from the value it wrote.
+pub fn same_json(a: &serde_json::Value, b: &serde_json::Value) -> bool {
+    use serde_json::Value;
+    match (a, b) {
+        (Value::Number(x), Value::Number(y)) => {
+            x == y
+                || match (x.as_f64(), y.as_f64()) {
+                    (Some(x), Some(y)) => {
+                        (x - y).abs() <= 4.0 * f64::EPSILON * x.abs().max(y.abs())
+                    }
+                    _ => false,
+                }
+        }
+        (Value::Array(x), Value::Array(y)) => {
+            x.len() == y.len() && x.iter().zip(y).all(|(x, y)| same_json(x, y))
+        }
+        (Value::Object(x), Value::Object(y)) => {
+            x.len() == y.len()
+                && x.iter()
+                    .zip(y)
+                    .all(|((kx, vx), (ky, vy))| kx == ky && same_json(vx, vy))
+        }
+        _ => a == b,
+    }
+}
