@@ -60,8 +60,29 @@ const SUPPOSING_PAIRS: &[(&str, &str)] = &[
 /// Words that deny or end what a clause says (lowercase, as written; `n't` forms are caught by
 /// their ending).
 const DENYING: &[&str] = &[
-    "not", "never", "anymore", "nicht", "kein", "keine", "keinen", "nie", "niemals", "jamais",
-    "nunca", "stopped", "quit", "former", "formerly", "ex", "dropped", "false", "none", "no", "ne",
+    "not",
+    "never",
+    "anymore",
+    "nicht",
+    "kein",
+    "keine",
+    "keinen",
+    "nie",
+    "niemals",
+    "jamais",
+    "nunca",
+    "stopped",
+    "quit",
+    "former",
+    "formerly",
+    "ex",
+    "dropped",
+    "ditched",
+    "abandoned",
+    "false",
+    "none",
+    "no",
+    "ne",
     "pas",
 ];
 
@@ -72,6 +93,31 @@ const DENYING_PAIRS: &[(&str, &str)] = &[
     ("used", "to"),
     ("gave", "up"),
     ("ya", "no"),
+];
+
+/// Words that say something is over, not merely not so ("I'm not vegan any more", "we dropped
+/// FastAPI", "I quit smoking"); "not" alone is not among them ("I don't like Python" ends no
+/// fact about Python). What a clause with one of these names can be closed without the model.
+const ENDING: &[&str] = &[
+    "anymore",
+    "stopped",
+    "quit",
+    "former",
+    "formerly",
+    "dropped",
+    "ditched",
+    "abandoned",
+];
+
+/// Two-word endings.
+const ENDING_PAIRS: &[(&str, &str)] = &[
+    ("no", "longer"),
+    ("any", "more"),
+    ("used", "to"),
+    ("gave", "up"),
+    ("ya", "no"),
+    ("nicht", "mehr"),
+    ("kein", "mehr"),
 ];
 
 /// True for a clause that says what the one spoken to is ("you are an AI assistant", "du bist
@@ -186,6 +232,7 @@ struct Clause {
     asked_or_supposed: bool,
     denied: bool,
     changing: bool,
+    ending: bool,
 }
 
 /// A conversation prepared for grounding checks.
@@ -351,6 +398,7 @@ impl Grounding {
                         asked_or_supposed: asked || supposed,
                         denied: denies(&words),
                         changing: has_word_or_pair(&words, CHANGING, &[]),
+                        ending: has_word_or_pair(&words, ENDING, ENDING_PAIRS),
                     });
                 }
                 sentences_out.push((index, sentence));
@@ -484,6 +532,25 @@ impl Grounding {
         } else {
             Err(Rejection::NotStated(revoking))
         }
+    }
+
+    /// The user's sentence that says something with all of `terms` is over, when one clause of
+    /// the user's holds every term and a word of ending ("any more", "dropped", "no longer"),
+    /// and is not asked or supposed. Stricter than [`Grounding::revokes`], which the model's own
+    /// "ended" entries pass: this one decides without the model.
+    pub fn ends(&self, terms: &[String]) -> Option<Support> {
+        if terms.is_empty() {
+            return None;
+        }
+        let clause = self.clauses.iter().rev().find(|c| {
+            c.ending && !c.asked_or_supposed && terms.iter().all(|t| c.terms.contains(t))
+        })?;
+        let (message, quote) = &self.sentences[clause.sentence];
+        Some(Support {
+            message: *message,
+            quote: crate::extract::cut(quote, 300),
+            in_one_clause: true,
+        })
     }
 
     /// Whether an episode's summary is made of the conversation's words: at least
@@ -709,6 +776,25 @@ mod tests {
         assert_eq!(
             g.revokes(&content_terms("Paris")).unwrap_err().code(),
             "not_said"
+        );
+    }
+
+    #[test]
+    fn only_words_of_ending_end_without_the_model() {
+        let talk = [Message::user(
+            "I'm not vegan any more. We dropped FastAPI last sprint. I don't like Python's \
+             packaging. Did you ever quit Java? I moved from Leeds.",
+        )];
+        let g = Grounding::new(&talk, "");
+        let ends = |text: &str| g.ends(&content_terms(text)).map(|s| s.quote);
+        assert_eq!(ends("vegan").as_deref(), Some("I'm not vegan any more."));
+        assert!(ends("FastAPI").is_some());
+        assert!(ends("Python").is_none(), "a plain denial ends nothing");
+        assert!(ends("Java").is_none(), "a question ends nothing");
+        assert!(ends("Leeds").is_none(), "a change is the model's to read");
+        assert!(
+            ends("vegan FastAPI").is_none(),
+            "all the words in one clause"
         );
     }
 

@@ -764,14 +764,19 @@ impl MemoryManager {
         if let Some(unusable) = &merged.unusable {
             self.reject(unusable, session_key, now, &mut report);
         }
-        let (ended, refused) = merge::close_ended(
-            self.store.as_ref(),
-            &grounding,
-            &profile.ended,
-            &grounded,
-            &origin,
-        )
-        .await?;
+        // What the model listed as ended, and what the user's words end that it left out.
+        let mut ending = profile.ended.clone();
+        for entry in merge::ended_in_words(self.store.as_ref(), &grounding, &self.user).await? {
+            if !ending
+                .iter()
+                .any(|e| e.key == entry.key && e.value == entry.value)
+            {
+                ending.push(entry);
+            }
+        }
+        let (ended, refused) =
+            merge::close_ended(self.store.as_ref(), &grounding, &ending, &grounded, &origin)
+                .await?;
         for (entry, reason) in refused {
             let text = if entry.value.is_empty() {
                 entry.key.clone()

@@ -465,6 +465,34 @@ pub async fn close_ended(
     Ok((closed, refused))
 }
 
+/// The current profile entries the user's own words end ([`Grounding::ends`]: "I'm not vegan any
+/// more", "we dropped FastAPI"), whether or not the model listed them as ended: a small model
+/// often leaves a revocation out, and the old value must not stay current because of that.
+/// An entry's value words are checked (its key's, for a value like `true`).
+pub async fn ended_in_words(
+    store: &dyn MemoryStore,
+    grounding: &Grounding,
+    user: &str,
+) -> Result<Vec<ProfileEntry>, StoreError> {
+    let mut ended = Vec::new();
+    for memory in current_profile(store, user, 1000).await? {
+        let Some((key, value)) = memory.text.split_once(": ") else {
+            continue;
+        };
+        let mut terms = content_terms(value);
+        if terms.is_empty() || matches!(value.trim().to_lowercase().as_str(), "true" | "yes") {
+            terms = content_terms(&key.replace('_', " "));
+        }
+        if grounding.ends(&terms).is_some() {
+            ended.push(ProfileEntry {
+                key: key.to_string(),
+                value: value.to_string(),
+            });
+        }
+    }
+    Ok(ended)
+}
+
 /// The request asking the model to decide, with known entries numbered from 0 and new ones
 /// lettered from `a`.
 pub fn merge_request(known: &[Memory], new: &[(Kind, ProfileEntry)]) -> ChatRequest {

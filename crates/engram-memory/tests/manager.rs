@@ -751,6 +751,77 @@ async fn a_change_needs_support_a_revocation_closes_and_a_contradiction_waits_as
 }
 
 #[tokio::test]
+async fn what_the_user_ends_closes_even_when_the_model_forgets_to_say_so() {
+    let world = World::new();
+    let (_server, model) = scripted(
+        Provider::OpenAi,
+        vec![
+            json_turn(json!({"episodes": []})),
+            profile_answer(
+                json!([{"key": "diet", "value": "vegan"},
+                       {"key": "web_framework", "value": "FastAPI"},
+                       {"key": "programming_language", "value": "Python"}]),
+                json!([]),
+            ),
+            // A small model's answer: nothing new, and no "ended" list at all.
+            json_turn(json!({"episodes": []})),
+            profile_answer(json!([]), json!([])),
+        ],
+    )
+    .await;
+    let config = ManagerConfig {
+        model_merge: false,
+        ..ManagerConfig::default()
+    };
+    let manager = world.manager(Some(model), config);
+    manager
+        .extract_and_merge(
+            &said("I'm vegan. We build the service with FastAPI, and I write Python."),
+            "s1",
+            day_one(),
+        )
+        .await
+        .unwrap();
+    let report = manager
+        .extract_and_merge(
+            &said(
+                "I'm not vegan any more, doctor's orders. We dropped FastAPI last sprint. \
+                 I don't like Python's packaging though.",
+            ),
+            "s2",
+            day_one(),
+        )
+        .await
+        .unwrap();
+    assert_eq!(report.facts_deleted, 2, "{report:?}");
+    let profile: Vec<String> = world
+        .current(&[Kind::Fact])
+        .await
+        .into_iter()
+        .map(|m| m.text)
+        .collect();
+    assert_eq!(
+        profile,
+        vec!["programming_language: Python"],
+        "a plain dislike ends nothing"
+    );
+    let closed: Vec<Memory> = world
+        .everything(&[Kind::Fact])
+        .await
+        .into_iter()
+        .filter(|m| m.valid_to.is_some())
+        .collect();
+    assert_eq!(closed.len(), 2);
+    for memory in &closed {
+        let because = memory.metadata["closed_because"].as_str().unwrap();
+        assert!(
+            because.contains("not vegan any more") || because.contains("dropped FastAPI"),
+            "{because}"
+        );
+    }
+}
+
+#[tokio::test]
 async fn an_edited_memory_md_is_seen_on_the_next_turn_and_indexed() {
     let world = World::new();
     let manager = world.manager(None, ManagerConfig::default());
