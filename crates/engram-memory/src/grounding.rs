@@ -233,6 +233,9 @@ struct Clause {
     denied: bool,
     changing: bool,
     ending: bool,
+    /// In a clause telling of a change, the terms of what was left: the words after "from" up
+    /// to "to" ("moved from Leeds to Glasgow", "switched from vim to helix").
+    left: HashSet<String>,
 }
 
 /// A conversation prepared for grounding checks.
@@ -293,6 +296,27 @@ fn has_word_or_pair(words: &[String], singles: &[&str], pairs: &[(&str, &str)]) 
         || words
             .windows(2)
             .any(|p| pairs.iter().any(|(a, b)| p[0] == *a && p[1] == *b))
+}
+
+/// In a clause telling of a change, the terms of the words after "from" up to "to" or "into";
+/// empty in any other clause.
+fn left_behind(words: &[String]) -> HashSet<String> {
+    // "from" alone is no change ("I'm from Porto").
+    if !words
+        .iter()
+        .any(|w| w != "from" && CHANGING.contains(&w.as_str()))
+    {
+        return HashSet::new();
+    }
+    let Some(start) = words.iter().position(|w| w == "from") else {
+        return HashSet::new();
+    };
+    let old: Vec<&str> = words[start + 1..]
+        .iter()
+        .take_while(|w| !matches!(w.as_str(), "to" | "into"))
+        .map(String::as_str)
+        .collect();
+    all_terms(&old.join(" "))
 }
 
 /// True when the words deny or end something ("not", "don't", "no longer", ...).
@@ -399,6 +423,7 @@ impl Grounding {
                         denied: denies(&words),
                         changing: has_word_or_pair(&words, CHANGING, &[]),
                         ending: has_word_or_pair(&words, ENDING, ENDING_PAIRS),
+                        left: left_behind(&words),
                     });
                 }
                 sentences_out.push((index, sentence));
@@ -536,14 +561,17 @@ impl Grounding {
 
     /// The user's sentence that says something with all of `terms` is over, when one clause of
     /// the user's holds every term and a word of ending ("any more", "dropped", "no longer"),
-    /// and is not asked or supposed. Stricter than [`Grounding::revokes`], which the model's own
+    /// or tells of a change away from them ("moved from Leeds to Glasgow"), and is not asked or
+    /// supposed. Stricter than [`Grounding::revokes`], which the model's own
     /// "ended" entries pass: this one decides without the model.
     pub fn ends(&self, terms: &[String]) -> Option<Support> {
         if terms.is_empty() {
             return None;
         }
         let clause = self.clauses.iter().rev().find(|c| {
-            c.ending && !c.asked_or_supposed && terms.iter().all(|t| c.terms.contains(t))
+            !c.asked_or_supposed
+                && ((c.ending && terms.iter().all(|t| c.terms.contains(t)))
+                    || terms.iter().all(|t| c.left.contains(t)))
         })?;
         let (message, quote) = &self.sentences[clause.sentence];
         Some(Support {
@@ -791,7 +819,21 @@ mod tests {
         assert!(ends("FastAPI").is_some());
         assert!(ends("Python").is_none(), "a plain denial ends nothing");
         assert!(ends("Java").is_none(), "a question ends nothing");
-        assert!(ends("Leeds").is_none(), "a change is the model's to read");
+        assert!(ends("Leeds").is_some(), "what a change left behind");
+        let moved = Grounding::new(
+            &[Message::user(
+                "We moved from Leeds to Glasgow. I'm from Porto originally.",
+            )],
+            "",
+        );
+        assert!(
+            moved.ends(&content_terms("Glasgow")).is_none(),
+            "where they went"
+        );
+        assert!(
+            moved.ends(&content_terms("Porto")).is_none(),
+            "'from' without a change"
+        );
         assert!(
             ends("vegan FastAPI").is_none(),
             "all the words in one clause"
