@@ -255,6 +255,28 @@ impl Scope {
     }
 }
 
+/// Checks a memory's text can be stored: not blank, within [`MAX_TEXT_BYTES`], no NUL
+/// character (which some engines cannot store, so none does).
+pub fn validate_text(text: &str) -> Result<(), InvalidMemory> {
+    if text.trim().is_empty() {
+        return Err(InvalidMemory::EmptyText);
+    }
+    if text.len() > MAX_TEXT_BYTES {
+        return Err(InvalidMemory::TextTooLong(text.len()));
+    }
+    validate_no_nul("text", text)
+}
+
+/// Refuses a NUL character in a field of free text: PostgreSQL cannot store one in text, so
+/// no engine takes one, and a store copies to any engine. (Metadata is JSON, where a NUL is
+/// the escape `\u0000`, which every engine keeps.)
+pub fn validate_no_nul(field: &'static str, value: &str) -> Result<(), InvalidMemory> {
+    if value.contains('\0') {
+        return Err(InvalidMemory::NulCharacter(field));
+    }
+    Ok(())
+}
+
 fn validate_id(field: &'static str, value: &str) -> Result<(), InvalidMemory> {
     if value.trim().is_empty() {
         return Err(InvalidMemory::EmptyId(field));
@@ -286,6 +308,9 @@ pub enum InvalidMemory {
     /// A scope id contains a control character.
     #[error("{0} contains a control character")]
     ControlCharInId(&'static str),
+    /// A free-text field contains a NUL character.
+    #[error("{0} contains a NUL character")]
+    NulCharacter(&'static str),
     /// valid_to is before valid_from.
     #[error("valid_to is before valid_from")]
     ClosedBeforeOpened,
@@ -430,12 +455,11 @@ impl NewMemory {
     /// Checks the memory can be stored as it is.
     pub fn validate(&self) -> Result<(), InvalidMemory> {
         self.scope.validate()?;
-        if self.text.trim().is_empty() {
-            return Err(InvalidMemory::EmptyText);
+        validate_text(&self.text)?;
+        if let Some(category) = &self.category {
+            validate_no_nul("category", category)?;
         }
-        if self.text.len() > MAX_TEXT_BYTES {
-            return Err(InvalidMemory::TextTooLong(self.text.len()));
-        }
+        validate_no_nul("source", &self.source)?;
         let from = self.valid_from.or(self.created_at);
         if let (Some(from), Some(to)) = (from, self.valid_to)
             && to < from

@@ -88,10 +88,16 @@ fn time_schema(description: &str) -> Value {
     ]})
 }
 
-/// Text that holds something besides white space (a memory, a search query), of at most
-/// `max_bytes` bytes of UTF-8 (the schema's maxLength counts characters: exact for ASCII).
+/// Text that holds something besides white space and no NUL character (a memory's text, a
+/// message), of at most `max_bytes` bytes of UTF-8 (the schema's maxLength counts characters:
+/// exact for ASCII).
 fn words_schema(description: &str, max_bytes: usize) -> Value {
-    json!({"type": "string", "description": description, "pattern": "\\S", "maxLength": max_bytes})
+    json!({"type": "string", "description": description, "pattern": "^[^\\u0000]*[^\\s\\u0000][^\\u0000]*$", "maxLength": max_bytes})
+}
+
+/// Free text without a NUL character (a category).
+fn free_text_schema(description: &str) -> Value {
+    json!({"type": "string", "description": description, "pattern": "^[^\\u0000]*$"})
 }
 
 /// Kinds separated by commas, in any case, empty pieces ignored (as `QueryPairs::list` reads them).
@@ -235,7 +241,7 @@ pub fn document() -> Value {
         "agent_id": id_schema("The agent it belongs to."),
         "session_id": id_schema("The session it came from."),
         "kind": {"$ref": "#/components/schemas/Kind"},
-        "category": {"type": "string", "description": "Free text such as user_info, decision."},
+        "category": free_text_schema("Free text such as user_info, decision; no NUL character."),
         "importance": {"type": "integer", "minimum": 1, "maximum": 5, "default": 3},
         "metadata": {"type": "object", "description": "Stored exactly as given."},
         "created_at": time_schema("When it happened (RFC 3339, a date, or an age); default now."),
@@ -462,7 +468,7 @@ fn schemas(codes: Vec<&str>, new_memory: Value, add_request: Value) -> Value {
         "UpdateRequest".into(),
         json!({"type": "object", "additionalProperties": false, "minProperties": 1, "description": "At least one field to change.", "properties": {
             "text": words_schema("The new text.", MAX_TEXT_BYTES),
-            "category": {"type": ["string", "null"], "description": "null clears it."},
+            "category": {"anyOf": [free_text_schema("The new category (no NUL character)."), {"type": "null"}], "description": "null clears it."},
             "importance": {"type": "integer", "minimum": 1, "maximum": 5},
             "metadata": {"type": "object", "description": "Replaces the metadata."},
             "expires_at": {"anyOf": [time_schema("A time."), {"type": "null"}], "description": "null clears it."}

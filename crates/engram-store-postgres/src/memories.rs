@@ -55,9 +55,6 @@ fn prepare(new: NewMemory, now: Timestamp) -> Result<Memory, StoreError> {
         scope: new.scope,
         metadata: new.metadata,
     };
-    check_storable("the text", &memory.text)?;
-    check_storable("the category", memory.category.as_deref().unwrap_or(""))?;
-    check_storable("the source", &memory.source)?;
     Ok(memory)
 }
 
@@ -354,6 +351,7 @@ impl PgStore {
         patch: MemoryPatch,
         actor: &str,
     ) -> Result<Memory, StoreError> {
+        patch.validate()?;
         let now = self.now();
         let map = |e: tokio_postgres::Error| self.err(e);
         let mut client = self.client().await?;
@@ -362,9 +360,6 @@ impl PgStore {
         let old_text = memory.text.clone();
         let old_hash = memory.content_hash.clone();
         if let Some(text) = patch.text {
-            let candidate = NewMemory::new(memory.scope.clone(), text.clone());
-            candidate.validate()?;
-            check_storable("the text", &text)?;
             let hash = content_hash(&memory.scope, &text);
             if hash != memory.content_hash && memory.valid_to.is_none() {
                 let clash = tx
@@ -385,9 +380,6 @@ impl PgStore {
             memory.content_hash = hash;
         }
         if let Some(category) = patch.category {
-            if let Some(c) = &category {
-                check_storable("the category", c)?;
-            }
             memory.category = category;
         }
         if let Some(importance) = patch.importance {

@@ -159,11 +159,42 @@ pub(crate) fn filter_sql(
             )));
         }
         let key = params.push(condition.key.clone());
-        let value = params.push(condition.value.clone());
+        let has_nul = condition.value.contains('\0');
         // Strings compare as text, everything else by its JSON spelling (3, true, null).
+        let fast = if has_nul {
+            // Metadata without the escape \u0000 holds no NUL (and text cannot carry one to
+            // the server).
+            "FALSE".to_string()
+        } else {
+            let value = params.push(condition.value.clone());
+            format!(
+                "(CASE json_typeof(m.metadata -> {key}::text) WHEN 'string' \
+                 THEN m.metadata ->> {key}::text ELSE (m.metadata -> {key}::text)::text END) = {value}"
+            )
+        };
+        // Metadata holding the escape \u0000 (a NUL, which PostgreSQL text cannot hold, so
+        // ->> fails on it): the escape is swapped for \u007f (which serde_json never writes,
+        // it writes DEL as itself) in the stored text and in the value's JSON spelling, and
+        // strings are compared in that spelling (a `json` column keeps the text it was given,
+        // as serde_json wrote it).
+        let escape = params.push("\\u0000".to_string());
+        let swapped = params.push("\\u007f".to_string());
+        let spelled = params.push(
+            serde_json::Value::String(condition.value.clone())
+                .to_string()
+                .replace("\\u0000", "\\u007f"),
+        );
+        let doc = format!("replace(m.metadata::text, {escape}, {swapped})::json");
+        let other = if has_nul {
+            "FALSE".to_string()
+        } else {
+            let value = params.push(condition.value.clone());
+            format!("({doc} -> {key}::text)::text = {value}")
+        };
         conditions.push(format!(
-            "(CASE json_typeof(m.metadata -> {key}::text) WHEN 'string' \
-             THEN m.metadata ->> {key}::text ELSE (m.metadata -> {key}::text)::text END) = {value}"
+            "(CASE WHEN strpos(m.metadata::text, {escape}) = 0 THEN {fast} \
+             ELSE (CASE json_typeof({doc} -> {key}::text) WHEN 'string' \
+             THEN ({doc} -> {key}::text)::text = {spelled} ELSE {other} END) END)"
         ));
     }
     if !filter.include_closed {

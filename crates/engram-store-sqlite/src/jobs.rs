@@ -652,7 +652,6 @@ fn run_from_row(row: &Row<'_>) -> Result<JobRun, ReadError> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use engram_core::store::jobs::RUN_OUTPUT_LIMIT;
     use serde_json::Map;
     use tempfile::TempDir;
 
@@ -679,68 +678,6 @@ mod tests {
     }
 
     #[test]
-    fn a_job_round_trips_with_its_default_session() {
-        let (_dir, store) = store();
-        let job = store.jobs().add(new_job("water", 1_000), 500).unwrap();
-        assert_eq!(job.id.len(), 8);
-        assert_eq!(job.session_key, format!("cron:{}", job.id));
-        assert_eq!(job.state.next_run_at_ms, Some(1_000));
-        assert_eq!(store.jobs().get(&job.id).unwrap(), job);
-        assert!(matches!(
-            store.jobs().get("nope"),
-            Err(JobError::NotFound(_))
-        ));
-    }
-
-    #[test]
-    fn an_occurrence_is_claimed_once() {
-        let (_dir, store) = store();
-        let job = store.jobs().add(new_job("a", 1_000), 0).unwrap();
-        let run = store
-            .jobs()
-            .start_run(&job.id, RunTrigger::Schedule, Some(1_000), 1_000, 1)
-            .unwrap()
-            .unwrap();
-        assert!(
-            store
-                .jobs()
-                .start_run(&job.id, RunTrigger::Schedule, Some(1_000), 1_001, 1)
-                .unwrap()
-                .is_none()
-        );
-        assert!(
-            store.jobs().due(5_000).unwrap().is_empty(),
-            "a running job is not due"
-        );
-        let end = RunEnd {
-            status: RunStatus::Ok,
-            error: None,
-            output: Some("done".into()),
-            finished_at_ms: 1_500,
-        };
-        store
-            .jobs()
-            .finish_run(&run, &end, AfterRun::Reschedule(Some(61_000)))
-            .unwrap();
-        let job = store.jobs().get(&job.id).unwrap();
-        assert_eq!(job.state.next_run_at_ms, Some(61_000));
-        assert_eq!(job.state.last_status, Some(RunStatus::Ok));
-        assert_eq!(job.state.running_run_id, None);
-        // The old occurrence cannot be claimed again.
-        assert!(
-            store
-                .jobs()
-                .start_run(&job.id, RunTrigger::Schedule, Some(1_000), 2_000, 1)
-                .unwrap()
-                .is_none()
-        );
-        let runs = store.jobs().runs(&job.id, 10).unwrap();
-        assert_eq!(runs.len(), 1);
-        assert_eq!(runs[0].duration_ms(), Some(500));
-        assert_eq!(runs[0].output.as_deref(), Some("done"));
-    }
-
-    #[test]
     fn dead_runners_leave_interrupted_runs() {
         let (_dir, store) = store();
         let job = store.jobs().add(new_job("a", 1_000), 0).unwrap();
@@ -763,66 +700,6 @@ mod tests {
         assert_eq!(job.state.running_run_id, None);
         assert_eq!(job.state.next_run_at_ms, Some(1_000), "still due");
         assert_eq!(store.jobs().due(2_000).unwrap().len(), 1);
-    }
-
-    #[test]
-    fn one_shot_jobs_are_deleted_but_their_runs_stay() {
-        let (_dir, store) = store();
-        let job = store.jobs().add(new_job("once", 1_000), 0).unwrap();
-        let run = store
-            .jobs()
-            .start_run(&job.id, RunTrigger::Schedule, Some(1_000), 1_000, 1)
-            .unwrap()
-            .unwrap();
-        let end = RunEnd {
-            status: RunStatus::Error,
-            error: Some("x".repeat(RUN_OUTPUT_LIMIT + 10)),
-            output: None,
-            finished_at_ms: 1_100,
-        };
-        store
-            .jobs()
-            .finish_run(&run, &end, AfterRun::Delete)
-            .unwrap();
-        assert!(matches!(
-            store.jobs().get(&job.id),
-            Err(JobError::NotFound(_))
-        ));
-        let runs = store.jobs().runs(&job.id, 10).unwrap();
-        assert_eq!(runs[0].status, RunStatus::Error);
-        assert_eq!(
-            runs[0].error.as_ref().unwrap().chars().count(),
-            RUN_OUTPUT_LIMIT + 1
-        );
-    }
-
-    #[test]
-    fn disabled_jobs_are_listed_only_when_asked() {
-        let (_dir, store) = store();
-        let a = store.jobs().add(new_job("a", 2_000), 0).unwrap();
-        let b = store.jobs().add(new_job("b", 1_000), 0).unwrap();
-        store
-            .jobs()
-            .set_enabled(&a.id, false, 10, |_| Ok(None))
-            .unwrap();
-        let enabled: Vec<_> = store
-            .jobs()
-            .list(false)
-            .unwrap()
-            .into_iter()
-            .map(|j| j.id)
-            .collect();
-        assert_eq!(enabled, vec![b.id.clone()]);
-        assert_eq!(store.jobs().list(true).unwrap().len(), 2);
-        assert_eq!(store.jobs().next_wake().unwrap(), Some(1_000));
-        let a = store
-            .jobs()
-            .set_enabled(&a.id, true, 20, |_| Ok(Some(3_000)))
-            .unwrap();
-        assert!(a.enabled);
-        assert_eq!(a.state.next_run_at_ms, Some(3_000));
-        store.jobs().remove(&b.id).unwrap();
-        assert_eq!(store.jobs().next_wake().unwrap(), Some(3_000));
     }
 
     #[test]

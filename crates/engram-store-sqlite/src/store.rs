@@ -1131,14 +1131,13 @@ impl Database {
         patch: MemoryPatch,
         actor: &str,
     ) -> Result<Memory, StoreError> {
+        patch.validate()?;
         let now = self.now();
         self.write(|tx| {
             let (rowid, mut memory) = self.get_in(tx, id)?;
             let old_text = memory.text.clone();
             let old_hash = memory.content_hash.clone();
             if let Some(text) = patch.text {
-                let candidate = NewMemory::new(memory.scope.clone(), text.clone());
-                candidate.validate()?;
                 let hash = content_hash(&memory.scope, &text);
                 if hash != memory.content_hash && memory.valid_to.is_none() {
                     let clash: Option<String> = tx

@@ -178,7 +178,6 @@ impl RawToken {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use engram_core::{MemoryId, NewMemory, Scope};
     use tempfile::TempDir;
 
     fn store() -> (TempDir, Database) {
@@ -195,62 +194,6 @@ mod tests {
             token_hash: format!("{id:0>64}"),
             created_at: Timestamp::now(),
         }
-    }
-
-    #[test]
-    fn a_token_is_found_with_its_hash_until_revoked() {
-        let (_dir, db) = store();
-        let tokens = db.tokens();
-        assert!(tokens.insert(&token("a1", &["alice", "bob"])).unwrap());
-        assert!(
-            !tokens.insert(&token("a1", &["carol"])).unwrap(),
-            "the id is taken"
-        );
-        let found = tokens.find("a1").unwrap().unwrap();
-        assert_eq!(found.token.users, ["alice", "bob"]);
-        assert_eq!(found.token_hash, format!("{:0>64}", "a1"));
-        assert_eq!(tokens.active_count().unwrap(), 1);
-        assert!(tokens.find("zz").unwrap().is_none());
-
-        let revoked = tokens.revoke("a1", Timestamp::now()).unwrap();
-        assert!(revoked.revoked_at.is_some());
-        assert!(!tokens.find("a1").unwrap().unwrap().token.is_active());
-        assert_eq!(tokens.active_count().unwrap(), 0);
-        let again = tokens.revoke("a1", Timestamp::now()).unwrap();
-        assert_eq!(again.revoked_at, revoked.revoked_at);
-        assert!(matches!(
-            tokens.revoke("nope", Timestamp::now()),
-            Err(TokenError::NotFound(_))
-        ));
-    }
-
-    #[test]
-    fn listing_shows_use_and_revocation() {
-        let (_dir, db) = store();
-        let tokens = db.tokens();
-        tokens.insert(&token("a", &["u"])).unwrap();
-        tokens.insert(&token("b", &["v"])).unwrap();
-        tokens.touch("a", Timestamp::now()).unwrap();
-        tokens.revoke("b", Timestamp::now()).unwrap();
-        let listed = tokens.list().unwrap();
-        assert_eq!(listed.len(), 2);
-        let a = listed.iter().find(|t| t.id == "a").unwrap();
-        assert!(a.last_used_at.is_some() && a.is_active());
-        assert!(!listed.iter().find(|t| t.id == "b").unwrap().is_active());
-    }
-
-    #[test]
-    fn memory_owners_outlive_deletion() {
-        let (_dir, db) = store();
-        let added = db
-            .add(NewMemory::new(Scope::user("carol"), "likes tea"), "test")
-            .unwrap();
-        let engram_core::AddOutcome::Added(memory) = added else {
-            panic!("expected a new memory");
-        };
-        db.delete(memory.id, "test").unwrap();
-        assert_eq!(db.owner(memory.id).unwrap().as_deref(), Some("carol"));
-        assert_eq!(db.owner(MemoryId::new()).unwrap(), None);
     }
 
     #[test]

@@ -286,3 +286,31 @@ pub trait GraphStore: Send + Sync {
         memories: &[MemoryId],
     ) -> Result<HashMap<MemoryId, GraphLink>, GraphError>;
 }
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+    use super::*;
+
+    #[test]
+    fn the_json_shapes_match_the_reference_server() {
+        let entity = Entity {
+            name: "A".into(),
+            entity_type: "person".into(),
+            observations: vec!["x".into()],
+        };
+        assert_eq!(
+            serde_json::to_value(entity).unwrap(),
+            serde_json::json!({"name": "A", "entityType": "person", "observations": ["x"]})
+        );
+        let relation = Relation {
+            from: "A".into(),
+            to: "B".into(),
+            relation_type: "knows".into(),
+        };
+        assert_eq!(
+            serde_json::to_value(relation).unwrap(),
+            serde_json::json!({"from": "A", "to": "B", "relationType": "knows"})
+        );
+    }
+}

@@ -129,6 +129,20 @@ impl MemoryPatch {
         }
     }
 
+    /// Checks the patch can be applied to any memory: its text as [`validate_text`] says, no
+    /// NUL character in its category.
+    ///
+    /// [`validate_text`]: crate::memory::validate_text
+    pub fn validate(&self) -> Result<(), InvalidMemory> {
+        if let Some(text) = &self.text {
+            crate::memory::validate_text(text)?;
+        }
+        if let Some(Some(category)) = &self.category {
+            crate::memory::validate_no_nul("category", category)?;
+        }
+        Ok(())
+    }
+
     /// True when the patch changes nothing.
     pub fn is_empty(&self) -> bool {
         self.text.is_none()

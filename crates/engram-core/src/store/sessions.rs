@@ -73,8 +73,9 @@ pub trait SessionLogStore: Send + Sync {
     /// A log's text; `None` when it does not exist.
     async fn read(&self, key: &str, log: LogKind) -> Result<Option<StoredLog>, SessionLogError>;
 
-    /// The keys of every session (not of archives), in no particular order; logs set aside are
-    /// listed too (see [`SessionLogStore::set_aside`]).
+    /// The keys of every session (not of archives), in no particular order. A store may list
+    /// logs set aside too, under keys ending in [`PREVIOUS_SUFFIX`] (see
+    /// [`SessionLogStore::set_aside`]); callers that want live sessions skip those.
     async fn keys(&self) -> Result<Vec<String>, SessionLogError>;
 
     /// Deletes a session and its archive; `false` when neither existed.
