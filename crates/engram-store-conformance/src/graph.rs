@@ -371,7 +371,8 @@ pub async fn deleting_an_entity_takes_its_relations_and_returns_its_memories(eng
     );
 }
 
-/// Empty or oversized names, types and observations are refused and nothing is written.
+/// Empty or oversized names, types and observations, and any with a NUL character, are
+/// refused and nothing is written.
 pub async fn invalid_input_is_refused_before_writing(engine: &dyn Engine) {
     let graph = open(engine).await.0.graph;
     let now = start_time();
@@ -380,18 +381,39 @@ pub async fn invalid_input_is_refused_before_writing(engine: &dyn Engine) {
         vec![entity("ok", "t", &[]), entity(" ", "t", &[])],
         vec![entity("A", "t", &["  "])],
         vec![entity(&too_long, "t", &[])],
+        vec![entity("A\0", "t", &[])],
+        vec![entity("A", "t\0", &[])],
+        vec![entity("A", "t", &["x\0y"])],
     ] {
         assert!(matches!(
             graph.create_entities("u", &entities, now).await,
             Err(GraphError::Invalid(_))
         ));
     }
+    for bad in [relation("A", "", "r"), relation("A", "B", "r\0")] {
+        assert!(matches!(
+            graph.create_relations("u", &[bad], now).await,
+            Err(GraphError::Invalid(_))
+        ));
+    }
+    graph
+        .create_entities("u", &[entity("ok", "t", &[])], now)
+        .await
+        .unwrap();
     assert!(matches!(
         graph
-            .create_relations("u", &[relation("A", "", "r")], now)
+            .add_observations(
+                "u",
+                &[ObservationInput {
+                    entity_name: "ok".into(),
+                    contents: vec!["fine".into(), "not\0fine".into()],
+                }],
+                now,
+            )
             .await,
         Err(GraphError::Invalid(_))
     ));
     let read = graph.read_graph("u").await.unwrap();
-    assert!(read.entities.is_empty() && read.relations.is_empty());
+    assert_eq!(read.entities, [entity("ok", "t", &[])]);
+    assert!(read.relations.is_empty());
 }

@@ -153,6 +153,17 @@ fn check_name(what: &str, value: &str, allow_empty: bool) -> Result<(), GraphErr
             value.len()
         )));
     }
+    refuse_nul(what, value)
+}
+
+/// A NUL character cannot be kept by every engine (PostgreSQL text cannot hold one), and the
+/// rows' search memories refuse it too, so no graph row takes one.
+fn refuse_nul(what: &str, value: &str) -> Result<(), GraphError> {
+    if value.contains('\0') {
+        return Err(GraphError::Invalid(format!(
+            "{what} contains a NUL character"
+        )));
+    }
     Ok(())
 }
 
@@ -169,7 +180,7 @@ pub fn check_observation(entity: &str, content: &str) -> Result<(), GraphError> 
             content.len()
         )));
     }
-    Ok(())
+    refuse_nul(&format!("an observation of entity {entity}"), content)
 }
 
 fn check_relation(relation: &Relation) -> Result<(), GraphError> {
