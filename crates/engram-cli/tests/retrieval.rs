@@ -242,6 +242,31 @@ fn a_model_fetched_from_the_hub_is_listed_and_usable_by_name() {
     let listed = json_of(engram(home.path()).args(["model", "list"]));
     assert_eq!(listed[0]["name"], "all-MiniLM-L6-v2");
     assert_eq!(listed[0]["dimension"], 384);
+    // What each measured model costs and gains, and which is installed here.
+    let known = json_of(engram(home.path()).args(["model", "known"]));
+    let row = |name: &str| {
+        known
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|m| m["name"] == name)
+            .unwrap()
+            .clone()
+    };
+    let lexical = known[0]["locomo_recall_at_10"].as_f64().unwrap();
+    let (minilm, mpnet) = (row("all-MiniLM-L6-v2"), row("all-mpnet-base-v2"));
+    assert_eq!(minilm["installed"], true);
+    assert_eq!(mpnet["installed"], false);
+    assert_eq!(mpnet["dimension"], 768);
+    let recall = |m: &Value| m["locomo_recall_at_10"].as_f64().unwrap();
+    assert!(lexical < recall(&minilm) && recall(&minilm) < recall(&mpnet));
+    engram(home.path())
+        .args(["model", "known"])
+        .assert()
+        .success()
+        .stdout(
+            predicate::str::contains("all-mpnet-base-v2").and(predicate::str::contains("5-9x")),
+        );
     // Fetching again without --replace is refused, and nothing changes.
     engram(home.path())
         .env("HF_ENDPOINT", &endpoint)

@@ -588,11 +588,15 @@ mod tests {
         }
     }
 
+    /// Relevance alone, BM25 over the best BM25: each test turns on the mechanism it checks.
     fn plain() -> RankingProfile {
         RankingProfile {
+            fusion: crate::ranking::Fusion::Weighted,
             recency: 0.0,
             importance: 0.0,
             time_match: 0.0,
+            time_mention: 0.0,
+            neighbours: 0.0,
             ..RankingProfile::balanced()
         }
     }

@@ -9,7 +9,7 @@ use engram_core::{
 };
 use engram_embed::LocalEmbedder;
 use engram_memory::indexing::{add_with_vector, embed_pending};
-use engram_memory::{RankingProfile, SearchRequest, Searcher};
+use engram_memory::{Fusion, RankingProfile, SearchRequest, Searcher};
 use engram_store_sqlite::{SqliteStore, StoreOptions};
 use jiff::Timestamp;
 use jiff::tz::TimeZone;
@@ -138,20 +138,42 @@ async fn every_hit_explains_its_score() {
     assert_eq!(top.parts.dense_rank, Some(1));
     assert!(top.parts.bm25.unwrap() > 0.0);
     assert!(top.parts.similarity.unwrap() > 0.3);
-    // Weighted fusion: half BM25 relative to the best, half cosine similarity.
-    let expected_relevance = 0.5 + 0.5 * top.parts.similarity.unwrap();
-    assert!((top.parts.relevance - expected_relevance).abs() < 1e-9);
+    // Min-max fusion: each list stretched over its candidates, shared half and half; the
+    // hit first in both lists scores 1.
+    assert!((top.parts.relevance - 1.0).abs() < 1e-9, "{:?}", top.parts);
     assert_eq!(top.parts.profile, "balanced");
-    let expected = 0.8 * top.parts.relevance + 0.1 * top.parts.recency + 0.1 * top.parts.importance;
+    // No recency in the balanced profile: relevance, importance and the time boosts.
+    let expected = 0.8 * top.parts.relevance + 0.1 * top.parts.importance;
     assert!((top.score - expected).abs() < 1e-9);
     // The score taken apart: each list's weighted share of relevance, recency, importance.
     let c = &top.parts.contributions;
     assert!((c.lexical - 0.8 * 0.5).abs() < 1e-9, "{c:?}");
-    assert!((c.dense - 0.8 * 0.5 * top.parts.similarity.unwrap()).abs() < 1e-9);
-    assert!((c.recency - 0.1 * top.parts.recency).abs() < 1e-9);
+    assert!((c.dense - 0.8 * 0.5).abs() < 1e-9, "{c:?}");
+    assert_eq!(c.recency, 0.0);
     assert_eq!(c.time_match, 0.0);
-    let sum = c.lexical + c.dense + c.recency + c.importance + c.time_match;
+    let sum = c.lexical
+        + c.dense
+        + c.recency
+        + c.importance
+        + c.time_match
+        + c.time_mention
+        + c.neighbours;
     assert!((top.score - sum).abs() < 1e-9);
+    // The other hit shares no word with the query: only the dense list has it, at its bottom.
+    let other = &results.hits[1];
+    assert_eq!(other.parts.lexical_rank, None);
+    assert!(other.parts.relevance.abs() < 1e-9, "{:?}", other.parts);
+
+    // Weighted fusion: half BM25 relative to the best, half cosine similarity.
+    let weighted = f.searcher.clone().with_profile(RankingProfile {
+        fusion: Fusion::Weighted,
+        ..RankingProfile::balanced()
+    });
+    let top = &weighted.search(&request).await.unwrap().hits[0];
+    let expected_relevance = 0.5 + 0.5 * top.parts.similarity.unwrap();
+    assert!((top.parts.relevance - expected_relevance).abs() < 1e-9);
+    let c = &top.parts.contributions;
+    assert!((c.dense - 0.8 * 0.5 * top.parts.similarity.unwrap()).abs() < 1e-9);
 }
 
 #[tokio::test]
@@ -337,7 +359,10 @@ async fn a_turn_shares_in_the_relevance_of_the_turn_next_to_it() {
     };
     // Lexical only: the plain profile ranks the answer ("Yes, twice...") by its own words and
     // those of the question it answers, which its document carries.
-    let plain = Searcher::new(f.store.clone()).with_profile(RankingProfile::relevance());
+    let plain = Searcher::new(f.store.clone()).with_profile(RankingProfile {
+        neighbours: 0.0,
+        ..RankingProfile::relevance()
+    });
     let neighbourly = Searcher::new(f.store.clone()).with_profile(RankingProfile {
         neighbours: 0.5,
         ..RankingProfile::relevance()

@@ -451,9 +451,12 @@ fn schemas(codes: Vec<&str>, new_memory: Value, add_request: Value) -> Value {
                         "similarity": {"type": "number"}, "dense_rank": {"type": "integer"},
                         "relevance": {"type": "number"}, "recency": {"type": "number"}, "importance": {"type": "number"},
                         "time_match": {"type": "string"},
+                        "time_mention": {"type": "boolean", "description": "The query asks when, and this memory says when."},
+                        "from_neighbours": {"type": "number", "description": "Relevance gained from the adjacent turn of its conversation."},
                         "contributions": {"type": "object", "description": "The score taken apart: each part weighted by the ranking profile; they sum to the score.", "properties": {
                             "lexical": {"type": "number"}, "dense": {"type": "number"}, "recency": {"type": "number"},
-                            "importance": {"type": "number"}, "time_match": {"type": "number"}
+                            "importance": {"type": "number"}, "time_match": {"type": "number"},
+                            "time_mention": {"type": "number"}, "neighbours": {"type": "number"}
                         }}
                     }}
                 }}]}));

@@ -408,10 +408,18 @@ async fn explain_takes_the_score_apart() {
     assert_eq!(status, 200, "{body}");
     let hit = &body["results"][0];
     let parts = &hit["explain"]["contributions"];
-    let sum: f64 = ["lexical", "dense", "recency", "importance", "time_match"]
-        .iter()
-        .map(|k| parts[k].as_f64().unwrap())
-        .sum();
+    let sum: f64 = [
+        "lexical",
+        "dense",
+        "recency",
+        "importance",
+        "time_match",
+        "time_mention",
+        "neighbours",
+    ]
+    .iter()
+    .map(|k| parts[k].as_f64().unwrap())
+    .sum();
     assert!((sum - hit["score"].as_f64().unwrap()).abs() < 1e-9, "{hit}");
     assert!(parts["lexical"].as_f64().unwrap() > 0.0);
 }

@@ -81,11 +81,12 @@ impl Grid {
                 "fusion",
                 vec!["weighted".into(), "minmax".into(), "rrf".into()],
             ),
-            ("share", strings(&[0.3, 0.4, 0.5, 0.6, 0.7, 0.8])),
-            ("recency", strings(&[0.0, 0.05, 0.1])),
-            ("window", strings(&[0.0, 0.1, 0.2, 0.3, 0.4])),
-            ("when", strings(&[0.0, 0.05, 0.1, 0.2, 0.3])),
-            ("neighbours", strings(&[0.0, 0.1, 0.2, 0.3, 0.4, 0.5])),
+            // Wide enough that the choices on LoCoMo dev sit inside each range, not on an edge.
+            ("share", strings(&[0.4, 0.5, 0.6, 0.7, 0.8])),
+            ("recency", strings(&[0.0, 0.05])),
+            ("window", strings(&[0.0, 0.2, 0.3, 0.4, 0.5, 0.6])),
+            ("when", strings(&[0.0, 0.1, 0.2, 0.3, 0.4, 0.5])),
+            ("neighbours", strings(&[0.0, 0.2, 0.3, 0.4, 0.5, 0.6, 0.8])),
         ];
         if mode != RetrievalMode::Hybrid {
             values.retain(|(name, _)| *name != "share");
@@ -374,6 +375,103 @@ pub(super) fn print(cv: &CrossValidation, ks: &[usize]) {
         println!(
             "  {:<14} {:<9} {:.3} / {:.3}",
             fixed.parameter, fixed.value, fixed.recall, fixed.dev_recall
+        );
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+    use super::*;
+
+    /// Two settings (neighbours 0 and 0.5) and three conversations of two questions each.
+    fn grid() -> Grid {
+        let overrides: Vec<String> = [
+            "fusion=weighted",
+            "recency=0",
+            "window=0",
+            "when=0",
+            "neighbours=0,0.5",
+        ]
+        .map(String::from)
+        .to_vec();
+        Grid::new(
+            &RankingProfile::balanced(),
+            RetrievalMode::Lexical,
+            &overrides,
+        )
+        .unwrap()
+    }
+
+    /// A question of `conversation` with R@10 `plain` under neighbours 0 and `smooth` under 0.5
+    /// (the benchmark's own profile first, as the benchmark lists them).
+    fn asked(conversation: usize, plain: f64, smooth: f64) -> Asked {
+        Asked {
+            conversation,
+            category: 4,
+            recall: vec![vec![0.0], vec![plain], vec![smooth]],
+        }
+    }
+
+    #[test]
+    fn each_conversation_is_scored_with_the_setting_the_others_chose() {
+        let grid = grid();
+        assert_eq!(grid.profiles.len(), 2);
+        assert_eq!(grid.profiles[1].neighbours, 0.5);
+        // Smoothing helps conversations 0 and 1, and hurts conversation 2.
+        let questions = [
+            asked(0, 0.0, 1.0),
+            asked(0, 0.0, 1.0),
+            asked(1, 0.0, 1.0),
+            asked(1, 0.5, 0.5),
+            asked(2, 1.0, 0.5),
+            asked(2, 1.0, 0.0),
+        ];
+        let names: Vec<String> = ["a", "b", "c"].map(String::from).to_vec();
+        let cv = cross_validate(&grid, &questions, &[10], &names);
+        // Without conversation 0 the others prefer no smoothing (2.5 against 2), so
+        // conversation 0 is scored without it, and loses what smoothing would have given it.
+        let chosen: Vec<&str> = cv.folds.iter().map(|f| f.chosen.as_str()).collect();
+        assert!(chosen[0].ends_with("neighbours 0"), "{chosen:?}");
+        assert!(chosen[1].ends_with("neighbours 0.5"), "{chosen:?}");
+        assert!(chosen[2].ends_with("neighbours 0.5"), "{chosen:?}");
+        assert_eq!(cv.folds[0].recall[&10], 0.0);
+        assert_eq!(cv.folds[0].train_recall, 0.625);
+        assert_eq!(cv.folds[1].recall[&10], 0.75);
+        assert_eq!(cv.folds[2].recall[&10], 0.25);
+        // Held out: (0 + 1.5 + 0.5) / 6; chosen on all, smoothing scores 4 / 6.
+        assert!((cv.recall[&10] - 2.0 / 6.0).abs() < 1e-12);
+        assert!(cv.dev_best.ends_with("neighbours 0.5"));
+        assert!((cv.dev_recall[&10] - 4.0 / 6.0).abs() < 1e-12);
+        // Neighbours held at 0: one setting left, the same in every fold.
+        let held_at_zero = cv
+            .fixed
+            .iter()
+            .find(|f| f.parameter == "neighbours" && f.value == "0")
+            .unwrap();
+        assert!((held_at_zero.recall - 2.5 / 6.0).abs() < 1e-12);
+        assert!((held_at_zero.dev_recall - 2.5 / 6.0).abs() < 1e-12);
+    }
+
+    #[test]
+    fn a_grid_value_that_is_not_a_weight_is_refused() {
+        let overrides = vec!["when=0,lots".to_string()];
+        let err = Grid::new(
+            &RankingProfile::balanced(),
+            RetrievalMode::Lexical,
+            &overrides,
+        )
+        .err()
+        .unwrap();
+        assert!(err.to_string().contains("'lots' is not a weight"), "{err}");
+        let overrides = vec!["share=0.5".to_string()];
+        assert!(
+            Grid::new(
+                &RankingProfile::balanced(),
+                RetrievalMode::Lexical,
+                &overrides
+            )
+            .is_err()
         );
     }
 }
