@@ -4,18 +4,19 @@
 
 use std::sync::OnceLock;
 
+use engram_server::ErrorCode;
 use engram_server::Stores;
 use engram_server::auth::Access;
 use engram_server::mcp::McpServer;
 use engram_server::mcp::tools;
-use engram_server::ErrorCode;
 use libfuzzer_sys::fuzz_target;
 use serde_json::Value;
 
 fn server() -> &'static (McpServer, Vec<String>) {
     static SERVER: OnceLock<(McpServer, Vec<String>)> = OnceLock::new();
     SERVER.get_or_init(|| {
-        let stores = Stores::open(&engram_fuzz::scratch().join("mcp.db"))
+        let stores = engram_store_sqlite::SqliteStore::open(engram_fuzz::scratch().join("mcp.db"))
+            .map(|store| Stores::lexical(&store.into_backend()))
             .unwrap_or_else(|e| panic!("cannot open the stores: {e}"));
         let server = McpServer::new(stores.service(2), Some("u".into()), Some(Access::Local));
         let names = tools::all().iter().map(|t| t.name.to_string()).collect();

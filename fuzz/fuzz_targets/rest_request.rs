@@ -46,7 +46,8 @@ fn app() -> &'static App {
     static APP: OnceLock<App> = OnceLock::new();
     APP.get_or_init(|| {
         let runtime = engram_fuzz::runtime();
-        let stores = Stores::open(&engram_fuzz::scratch().join("rest.db"))
+        let stores = engram_store_sqlite::SqliteStore::open(engram_fuzz::scratch().join("rest.db"))
+            .map(|store| Stores::lexical(&store.into_backend()))
             .unwrap_or_else(|e| panic!("cannot open the stores: {e}"));
         let options = ServeOptions::new(
             "127.0.0.1:0".parse().unwrap_or_else(|e| panic!("{e}")),
@@ -113,7 +114,9 @@ fuzz_target!(|data: &[u8]| {
             Some(at) => (&rest[..at], rest[at + 1..].to_vec()),
             None => (rest, Vec::new()),
         };
-        let Some((method, path)) = std::str::from_utf8(head).ok().and_then(|h| h.split_once(' '))
+        let Some((method, path)) = std::str::from_utf8(head)
+            .ok()
+            .and_then(|h| h.split_once(' '))
         else {
             return;
         };

@@ -4,7 +4,7 @@
 
 use std::sync::{Arc, OnceLock};
 
-use engram_core::{BlockingMemoryStore, Filter, NewMemory, Scope};
+use engram_core::{Filter, MemoryStore, NewMemory, Scope};
 use engram_memory::{SearchRequest, Searcher};
 use engram_store_sqlite::SqliteStore;
 use libfuzzer_sys::fuzz_target;
@@ -17,7 +17,8 @@ fn searcher() -> &'static (Arc<SqliteStore>, Searcher) {
                 .unwrap_or_else(|e| panic!("cannot open the store: {e}")),
         );
         for text in engram_fuzz::SEED_TEXTS {
-            let _ = BlockingMemoryStore::add(&*store, NewMemory::new(Scope::user("u"), *text), "fuzz");
+            let memory = NewMemory::new(Scope::user("u"), *text);
+            let _ = engram_fuzz::runtime().block_on(store.add(memory, "fuzz"));
         }
         let searcher = Searcher::new(store.clone());
         (store, searcher)
@@ -27,7 +28,8 @@ fn searcher() -> &'static (Arc<SqliteStore>, Searcher) {
 fuzz_target!(|query: &str| {
     let (store, searcher) = searcher();
     let _ = engram_text::terms(query);
-    let _ = BlockingMemoryStore::search_lexical(&**store, &Filter::user("u"), query, 5);
+    let filter = Filter::user("u");
+    let _ = engram_fuzz::runtime().block_on(store.search_lexical(&filter, query, 5));
     let request = SearchRequest {
         filter: Filter::user("u"),
         query: query.to_string(),
