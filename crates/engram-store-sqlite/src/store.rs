@@ -770,6 +770,7 @@ struct Identity {
     tables: i64,
 }
 
+/// Reads the three in one go; call it inside a transaction, or they may see different states.
 fn identity(conn: &Connection) -> rusqlite::Result<Identity> {
     Ok(Identity {
         app_id: conn.pragma_query_value(None, "application_id", |r| r.get(0))?,
@@ -800,7 +801,16 @@ fn check_identity(identity: &Identity, path: &Path) -> Result<(), StoreError> {
 /// a file that turns out not to be engram's.
 fn migrate(conn: &mut Connection, path: &Path, options: &StoreOptions) -> Result<(), StoreError> {
     let map = |e| from_sqlite(e, path, options.busy_timeout);
-    check_identity(&identity(conn).map_err(map)?, path)?;
+    // One read transaction, so the three reads see one state of the file: read one by one,
+    // another process's first migration could commit between them, and a file that has tables
+    // but (as read a moment earlier) no application id looks like someone else's.
+    let first = {
+        let tx = conn.transaction().map_err(map)?;
+        let first = identity(&tx).map_err(map)?;
+        tx.commit().map_err(map)?;
+        first
+    };
+    check_identity(&first, path)?;
     set_wal(conn, path, options)?;
     let tx = conn
         .transaction_with_behavior(TransactionBehavior::Immediate)
