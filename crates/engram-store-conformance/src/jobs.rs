@@ -11,7 +11,9 @@ use serde_json::json;
 
 use crate::{Engine, eventually, open};
 
-fn new_job(name: &str, next: i64) -> NewJob {
+/// A job due at `next` (ms) that repeats every minute: what the checks, and engine tests of
+/// their own, schedule.
+pub fn new_job(name: &str, next: i64) -> NewJob {
     NewJob {
         name: name.into(),
         schedule: ScheduleRecord::Every {

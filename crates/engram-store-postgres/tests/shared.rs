@@ -14,9 +14,9 @@ use std::time::{Duration, Instant};
 
 use common::{Server, TestDb};
 use engram_core::store::Backend;
-use engram_core::store::jobs::{NewJob, RunStatus, RunTrigger, ScheduleRecord};
+use engram_core::store::jobs::{RunStatus, RunTrigger};
+use engram_store_conformance::jobs::new_job;
 use engram_store_postgres::{PgOptions, PgStore};
-use serde_json::json;
 
 /// Two processes' views of one database.
 async fn two_stores(server: Server) -> (TestDb, Backend, Backend) {
@@ -24,25 +24,6 @@ async fn two_stores(server: Server) -> (TestDb, Backend, Backend) {
     let a = PgStore::open(&db.url, PgOptions::default()).await.unwrap();
     let b = PgStore::open(&db.url, PgOptions::default()).await.unwrap();
     (db, Arc::new(a).backend(), Arc::new(b).backend())
-}
-
-fn new_job(name: &str, next: i64) -> NewJob {
-    NewJob {
-        name: name.into(),
-        schedule: ScheduleRecord::Every {
-            every_ms: 60_000,
-            anchor_ms: 0,
-        },
-        tz: "UTC".into(),
-        payload: json!({"message": format!("do {name}"), "deliver": false})
-            .as_object()
-            .unwrap()
-            .clone(),
-        session_key: None,
-        missed: "run_once".into(),
-        delete_after_run: false,
-        next_run_at_ms: next,
-    }
 }
 
 /// Waits until `probe` holds, for at most `limit`; returns how long it took.
