@@ -193,7 +193,7 @@ pub struct ImportArgs {
     /// Lines per transaction.
     #[arg(
         long,
-        default_value_t = crate::commands::import_export::DEFAULT_BATCH_SIZE,
+        default_value_t = crate::import::DEFAULT_BATCH_SIZE,
         value_parser = clap::value_parser!(u64).range(1..=100_000)
     )]
     pub batch_size: u64,

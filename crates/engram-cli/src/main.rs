@@ -19,19 +19,35 @@ macro_rules! print {
     };
 }
 
+mod agent_prompt;
 mod bench;
 mod cli;
 mod commands;
 mod config;
+mod context;
 mod exit;
 mod home;
+mod import;
+mod markdown;
 mod output;
+mod retrieval;
+mod turn_printer;
 
+use anyhow::Result;
 use clap::Parser;
 
+use crate::cli::{Cli, Command};
+use crate::commands::{
+    chat, copy, cron, gateway, graph, import_export, mcp, memory, memory_admin, model, onboard,
+    reindex, run, search, serve, sessions, skills, token,
+};
+use crate::context::Context;
+use crate::exit::Status;
+use crate::home::Home;
+
 fn main() -> std::process::ExitCode {
-    let cli = cli::Cli::parse();
-    match commands::run(cli) {
+    let cli = Cli::parse();
+    match dispatch(cli) {
         Ok(code) => code.into(),
         Err(err) => {
             let code = exit::code_for(&err);
@@ -39,5 +55,41 @@ fn main() -> std::process::ExitCode {
             eprintln!("error: {err:#}");
             code.into()
         }
+    }
+}
+
+/// Runs the command line, returning the exit status: the commands and the benchmarks are
+/// reached from here only, so neither depends on the other.
+fn dispatch(cli: Cli) -> Result<Status> {
+    let ctx = Context::new(Home::resolve(cli.home)?, cli.json);
+    match cli.command {
+        Command::Add(args) => memory::add(&ctx, args),
+        Command::Import(args) => import_export::import(&ctx, args),
+        Command::Export(args) => import_export::export(&ctx, args),
+        Command::Search(args) => search::search(&ctx, args),
+        Command::List(args) => memory::list(&ctx, args),
+        Command::Get(args) => memory::get(&ctx, args),
+        Command::Update(args) => memory::update(&ctx, args),
+        Command::Invalidate(args) => memory::invalidate(&ctx, args),
+        Command::Delete(args) => memory::delete(&ctx, args),
+        Command::History(args) => memory::history(&ctx, args),
+        Command::Forget(args) => memory::forget(&ctx, args),
+        Command::Stats => memory::stats(&ctx),
+        Command::Reindex(args) => reindex::reindex(&ctx, args),
+        Command::Model(command) => model::run(&ctx, command),
+        Command::Chat(args) => chat::chat(&ctx, args),
+        Command::Run(args) => run::run(&ctx, args),
+        Command::Sessions(command) => sessions::run(&ctx, command),
+        Command::Memory(command) => memory_admin::run(&ctx, command),
+        Command::Bench(command) => bench::run(&ctx, command),
+        Command::Cron(command) => cron::run(&ctx, command),
+        Command::Gateway(args) => gateway::run(&ctx, args),
+        Command::Skills(command) => skills::run(&ctx, command),
+        Command::Onboard(args) => onboard::run(&ctx, args),
+        Command::Serve(args) => serve::run(&ctx, args),
+        Command::Mcp(args) => mcp::run(&ctx, args),
+        Command::Token(command) => token::run(&ctx, command),
+        Command::Copy(args) => copy::run(&ctx, args),
+        Command::ImportGraph(args) => graph::import_graph(&ctx, args),
     }
 }

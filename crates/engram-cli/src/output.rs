@@ -99,6 +99,21 @@ pub fn one_line(text: &str) -> String {
     visible(&text.split_whitespace().collect::<Vec<_>>().join(" ")).into_owned()
 }
 
+/// Text on one line, cut at `max` characters with an ellipsis.
+pub fn one_line_cut(text: &str, max: usize) -> String {
+    let joined = one_line(text);
+    if joined.chars().count() <= max {
+        return joined;
+    }
+    let cut: String = joined.chars().take(max.saturating_sub(1)).collect();
+    format!("{cut}…")
+}
+
+/// Whether to style output on this stream: a terminal, and `NO_COLOR` unset.
+pub fn use_style(is_terminal: bool) -> bool {
+    is_terminal && std::env::var_os("NO_COLOR").is_none_or(|v| v.is_empty())
+}
+
 /// A memory's label: kind, category and importance.
 fn label(memory: &Memory) -> String {
     match &memory.category {
@@ -180,4 +195,15 @@ pub fn history_line(event: &HistoryEvent) -> String {
         visible(&event.actor),
         change
     )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn lines_are_joined_and_cut() {
+        assert_eq!(one_line_cut("a\n b", 10), "a b");
+        assert_eq!(one_line_cut("abcdefghijkl", 5), "abcd…");
+    }
 }

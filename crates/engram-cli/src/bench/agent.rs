@@ -33,10 +33,11 @@ use engram_llm::scripted::{
 use serde::Serialize;
 use serde_json::json;
 
-use crate::commands::Context;
-use crate::commands::agent_common::{TurnPrinter, build_prompt};
+use crate::agent_prompt::build_prompt;
+use crate::context::Context;
 use crate::exit::Status;
 use crate::output;
+use crate::turn_printer::TurnPrinter;
 
 /// `engram bench agent`.
 #[derive(Debug, Args)]

@@ -23,7 +23,7 @@ use serde_json::{Value, json};
 
 use crate::bench::agent::Figure;
 use crate::bench::store::{SplitMix, Vocabulary};
-use crate::commands::Context;
+use crate::context::Context;
 use crate::exit::Status;
 use crate::output;
 

@@ -6,10 +6,10 @@ use clap::Args;
 use engram_embed::bench::{BenchOptions, run as measure};
 use serde_json::json;
 
-use crate::commands::Context;
-use crate::commands::retrieval;
+use crate::context::Context;
 use crate::exit::Status;
 use crate::output;
+use crate::retrieval;
 
 /// `engram bench embed`.
 #[derive(Debug, Args)]

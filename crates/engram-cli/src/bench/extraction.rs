@@ -30,7 +30,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 
 use super::server::ServerProcess;
-use crate::commands::Context;
+use crate::context::Context;
 use crate::exit::Status;
 use crate::output;
 

@@ -16,11 +16,11 @@ use indicatif::ProgressBar;
 use serde::Serialize;
 
 use super::store::{SplitMix, Vocabulary, percentile, write_dataset};
-use crate::commands::Context;
-use crate::commands::import_export::import_reader;
-use crate::commands::retrieval;
+use crate::context::Context;
 use crate::exit::Status;
+use crate::import::import_reader;
 use crate::output;
+use crate::retrieval;
 
 /// `engram bench hybrid`.
 #[derive(Debug, Args)]

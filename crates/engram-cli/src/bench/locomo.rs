@@ -25,10 +25,10 @@ use super::store::percentile;
 
 mod cv;
 use crate::cli::{BenchLocomoArgs, RetrievalMode};
-use crate::commands::Context;
-use crate::commands::retrieval;
+use crate::context::Context;
 use crate::exit::Status;
 use crate::output;
+use crate::retrieval;
 
 /// The question categories the measure covers, with LoCoMo's names.
 const CATEGORIES: [(u8, &str); 4] = [

@@ -20,7 +20,7 @@ use serde::Serialize;
 use serde_json::{Value, json};
 
 use super::server::percentile_ms;
-use crate::commands::Context;
+use crate::context::Context;
 use crate::exit::{Status, usage};
 use crate::output;
 

@@ -15,7 +15,7 @@ pub mod vectors;
 use anyhow::Result;
 
 use crate::cli::BenchCommand;
-use crate::commands::Context;
+use crate::context::Context;
 use crate::exit::Status;
 
 /// Runs a benchmark.

@@ -16,7 +16,7 @@ use engram_core::{Clock, SystemClock};
 use jiff::SignedDuration;
 use serde::Serialize;
 
-use crate::commands::Context;
+use crate::context::Context;
 use crate::exit::Status;
 use crate::output;
 

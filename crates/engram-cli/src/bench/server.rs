@@ -21,7 +21,7 @@ use serde_json::json;
 use super::store::{SplitMix, Vocabulary};
 
 mod faults;
-use crate::commands::Context;
+use crate::context::Context;
 use crate::exit::Status;
 use crate::output;
 use faults::{FaultReport, FaultRun, Faults, Target};

@@ -14,9 +14,9 @@ use indicatif::ProgressBar;
 use serde::Serialize;
 
 use crate::cli::BenchStoreArgs;
-use crate::commands::Context;
-use crate::commands::import_export::{DEFAULT_BATCH_SIZE, import_reader};
+use crate::context::Context;
 use crate::exit::Status;
+use crate::import::{DEFAULT_BATCH_SIZE, import_reader};
 use crate::output;
 
 /// A small, fast, deterministic generator (SplitMix64); benchmarks need repeatable data, not

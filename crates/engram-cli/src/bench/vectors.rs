@@ -27,7 +27,7 @@ use serde::{Deserialize, Serialize};
 use tokio::runtime::Runtime;
 
 use crate::bench::store::{peak_rss_mib, percentile};
-use crate::commands::Context;
+use crate::context::Context;
 use crate::exit::Status;
 use crate::output;
 

@@ -2,26 +2,18 @@
 //! agent (model, workspace, tools with notes mirrored into the store, system prompt), Ctrl-C,
 //! and how a turn is shown (answer on stdout, tool activity on stderr).
 
-use std::io::{IsTerminal, Write};
 use std::path::PathBuf;
 use std::sync::Arc;
-use std::time::{Duration, Instant};
 
 use anyhow::{Context as _, Result};
 use clap::Args;
 use engram_agent::scheduler::CronTool;
-use engram_agent::skills::{
-    ALWAYS_SKILLS_SECTION_TITLE, LoadSkillTool, SKILLS_SECTION_TITLE, SkillSet,
-};
+use engram_agent::skills::{LoadSkillTool, SkillSet};
 use engram_agent::tools::{BuiltinOptions, NoteMemory, ToolRegistry, Workspace};
-use engram_agent::workspace::{BOOTSTRAP_SECTION_TITLE, read_bootstrap};
-use engram_agent::{
-    Agent, AgentConfig, AgentEvent, CancelToken, DEFAULT_MAX_STEPS, PromptVars, SystemPrompt,
-    ToolMode,
-};
+use engram_agent::{Agent, AgentConfig, CancelToken, DEFAULT_MAX_STEPS, ToolMode};
 use engram_agent::{RunOutcome, RunState, StoredRunState, TurnHooks};
 use engram_core::{ChatModel, Message, SystemClock};
-use engram_core::{Scope, ToolCall, ToolOutput, Usage};
+use engram_core::{Scope, Usage};
 use engram_llm::process_env;
 use engram_memory::session::{Session, SessionKey, SessionRecord};
 use engram_memory::working::{FitOutcome, ModelSummarizer, WorkingConfig};
@@ -29,9 +21,9 @@ use engram_memory::{ExtractionReport, MemoryManager};
 use jiff::Timestamp;
 use std::sync::atomic::{AtomicU32, Ordering};
 
-use super::Context;
-use super::markdown::MarkdownStream;
+use crate::agent_prompt::{add_skills, build_prompt};
 use crate::config::{Config, ToolModeSetting};
+use crate::context::Context;
 use crate::exit::{Failure, Status, usage};
 
 /// The workspace directory inside ENGRAM_HOME, used when none is configured.
@@ -172,7 +164,7 @@ pub fn prepare_with_memory(
         message: e.in_file(&setup.config.path).to_string(),
     })?;
     let store = ctx.memories()?;
-    let searcher = Arc::new(super::retrieval::searcher(ctx, store.clone(), None)?);
+    let searcher = Arc::new(crate::retrieval::searcher(ctx, store.clone(), None)?);
     let manager = Arc::new(MemoryManager::new(
         store,
         searcher,
@@ -370,37 +362,6 @@ async fn extract_pending(
     Ok(Some(report))
 }
 
-/// The system prompt: engram's base text, then the workspace's bootstrap files that exist
-/// (AGENTS.md, SOUL.md, USER.md, ...); those that cannot be used are named in a warning. Skills
-/// are added by [`add_skills`].
-pub fn build_prompt(workspace: &Workspace, user: &str) -> SystemPrompt {
-    let today = jiff::Zoned::now().strftime("%Y-%m-%d (%A)").to_string();
-    let mut prompt = SystemPrompt::engram(&PromptVars {
-        workspace: workspace.root().display().to_string(),
-        today,
-        user: user.to_string(),
-    });
-    let bootstrap = read_bootstrap(workspace);
-    for problem in &bootstrap.problems {
-        eprintln!("warning: {problem}");
-    }
-    if let Some(body) = bootstrap.render() {
-        prompt.push_section(BOOTSTRAP_SECTION_TITLE, body);
-    }
-    prompt
-}
-
-/// Adds the skills to a system prompt: the summary of every skill, and the full text of the
-/// available `always` skills.
-pub fn add_skills(prompt: &mut SystemPrompt, skills: &SkillSet) {
-    if let Some(summary) = skills.summary() {
-        prompt.push_section(SKILLS_SECTION_TITLE, summary);
-    }
-    if let Some(always) = skills.always_text() {
-        prompt.push_section(ALWAYS_SKILLS_SECTION_TITLE, always);
-    }
-}
-
 /// `--workspace`, else `[agent] workspace` (relative to ENGRAM_HOME), else
 /// ENGRAM_HOME/workspace, which is created. A directory named explicitly must exist.
 fn open_workspace(ctx: &Context, args: &AgentArgs, config: &Config) -> Result<Workspace> {
@@ -486,173 +447,6 @@ pub async fn cancel_on_ctrl_c(cancel: CancelToken) {
     }
 }
 
-/// Whether to style output on this stream: a terminal, and `NO_COLOR` unset.
-pub fn use_style(is_terminal: bool) -> bool {
-    is_terminal && std::env::var_os("NO_COLOR").is_none_or(|v| v.is_empty())
-}
-
-/// Shows a turn as it happens: answer text on `out` (Markdown rendered when styled), tool
-/// activity and notices on `err`.
-pub struct TurnPrinter<O: Write, E: Write> {
-    out: O,
-    err: E,
-    markdown: MarkdownStream,
-    err_styled: bool,
-    show_answer: bool,
-    out_at_line_start: bool,
-    buffer: String,
-    /// When each piece of answer text had been written and flushed (for benchmarks).
-    pub text_written: Option<Vec<Instant>>,
-}
-
-impl TurnPrinter<std::io::Stdout, std::io::Stderr> {
-    /// A printer on the process's stdout and stderr, styled where they are terminals.
-    /// `show_answer: false` keeps the answer off stdout (for `--json`).
-    pub fn terminal(show_answer: bool) -> Self {
-        Self::new(
-            std::io::stdout(),
-            std::io::stderr(),
-            use_style(std::io::stdout().is_terminal()),
-            use_style(std::io::stderr().is_terminal()),
-            show_answer,
-        )
-    }
-}
-
-impl<O: Write, E: Write> TurnPrinter<O, E> {
-    /// A printer on any writers.
-    pub fn new(out: O, err: E, out_styled: bool, err_styled: bool, show_answer: bool) -> Self {
-        Self {
-            out,
-            err,
-            markdown: MarkdownStream::new(out_styled),
-            err_styled,
-            show_answer,
-            out_at_line_start: true,
-            buffer: String::new(),
-            text_written: None,
-        }
-    }
-
-    /// Handles one agent event. Write errors (a closed pipe) are ignored: the run goes on and
-    /// its end is still reported.
-    pub fn on_event(&mut self, event: AgentEvent<'_>) {
-        match event {
-            AgentEvent::Text(text) => {
-                if self.show_answer {
-                    self.buffer.clear();
-                    self.markdown.push(text, &mut self.buffer);
-                    self.write_out();
-                }
-                if let Some(times) = &mut self.text_written {
-                    times.push(Instant::now());
-                }
-            }
-            AgentEvent::Answer(_) => self.end_answer(),
-            AgentEvent::ToolStarted { call } => {
-                self.end_answer();
-                let line = format!("→ {} {}", call.name, summarize_arguments(call));
-                self.note(&line);
-            }
-            AgentEvent::ToolFinished {
-                call,
-                output,
-                elapsed,
-            } => {
-                let line = tool_result_line(call, output, elapsed);
-                self.note(&line);
-            }
-            AgentEvent::Thought(thought) => {
-                self.end_answer();
-                self.note(&format!("· {}", one_line(thought, 200)));
-            }
-            AgentEvent::Retrying {
-                attempt,
-                delay,
-                reason,
-            } => self.note(&format!(
-                "retrying (attempt {attempt}) in {:.1} s: {}",
-                delay.as_secs_f64(),
-                one_line(reason, 200)
-            )),
-            AgentEvent::Notice(text) => self.note(&format!("warning: {text}")),
-            _ => {}
-        }
-    }
-
-    /// Flushes held-back answer text and ends its line.
-    pub fn end_answer(&mut self) {
-        if !self.show_answer {
-            return;
-        }
-        self.buffer.clear();
-        self.markdown.finish(&mut self.buffer);
-        if !self.out_at_line_start || !self.buffer.is_empty() {
-            if !self.buffer.ends_with('\n') {
-                self.buffer.push('\n');
-            }
-            self.write_out();
-        }
-    }
-
-    /// A line on the progress stream (dimmed on a terminal).
-    pub fn note(&mut self, line: &str) {
-        if !self.out_at_line_start {
-            self.buffer.clear();
-            self.buffer.push('\n');
-            self.write_out();
-        }
-        let _ = if self.err_styled {
-            writeln!(self.err, "\x1b[2m{line}\x1b[0m")
-        } else {
-            writeln!(self.err, "{line}")
-        };
-        let _ = self.err.flush();
-    }
-
-    fn write_out(&mut self) {
-        if self.buffer.is_empty() {
-            return;
-        }
-        self.out_at_line_start = self.buffer.ends_with('\n');
-        let _ = self.out.write_all(self.buffer.as_bytes());
-        let _ = self.out.flush();
-    }
-
-    /// The writers back.
-    #[cfg(test)]
-    pub fn into_inner(self) -> (O, E) {
-        (self.out, self.err)
-    }
-}
-
-/// A tool call's arguments on one line, cut to a readable length.
-fn summarize_arguments(call: &ToolCall) -> String {
-    let compact = serde_json::from_str::<serde_json::Value>(&call.arguments)
-        .map_or_else(|_| call.arguments.clone(), |v| v.to_string());
-    one_line(&compact, 120)
-}
-
-fn tool_result_line(call: &ToolCall, output: &ToolOutput, elapsed: Duration) -> String {
-    let ms = elapsed.as_millis();
-    if output.success {
-        format!("  ✓ {} ({ms} ms)", call.name)
-    } else {
-        let error = output.error.as_deref().unwrap_or(&output.content);
-        format!("  ✗ {} ({ms} ms): {}", call.name, one_line(error, 160))
-    }
-}
-
-/// Text on one line, cut at `max` characters with an ellipsis.
-pub fn one_line(text: &str, max: usize) -> String {
-    let joined = crate::output::one_line(text);
-    if joined.chars().count() <= max {
-        return joined;
-    }
-    let cut: String = joined.chars().take(max.saturating_sub(1)).collect();
-    format!("{cut}…")
-}
-
 /// Token counts for people: `1,234 in / 56 out`.
 pub fn usage_text(usage: Usage) -> String {
     format!(
@@ -677,62 +471,9 @@ fn thousands(n: u64) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use serde_json::json;
-
-    fn printed(events: Vec<AgentEvent<'_>>) -> (String, String) {
-        let mut printer = TurnPrinter::new(Vec::new(), Vec::new(), false, false, true);
-        for event in events {
-            printer.on_event(event);
-        }
-        let (out, err) = printer.into_inner();
-        (
-            String::from_utf8(out).unwrap(),
-            String::from_utf8(err).unwrap(),
-        )
-    }
 
     #[test]
-    fn answers_go_to_stdout_and_tool_activity_to_stderr() {
-        let call = ToolCall::with_value("c1", "read_file", &json!({"path": "a.txt"}));
-        let ok = ToolOutput::ok("1\thello");
-        let failed = ToolOutput::error("no such file: b.txt\nsecond line");
-        let (out, err) = printed(vec![
-            AgentEvent::Text("Let me look."),
-            AgentEvent::ToolStarted { call: &call },
-            AgentEvent::ToolFinished {
-                call: &call,
-                output: &ok,
-                elapsed: Duration::from_millis(3),
-            },
-            AgentEvent::ToolFinished {
-                call: &call,
-                output: &failed,
-                elapsed: Duration::from_millis(4),
-            },
-            AgentEvent::Text("It says "),
-            AgentEvent::Text("hello."),
-            AgentEvent::Answer("It says hello."),
-        ]);
-        assert_eq!(out, "Let me look.\nIt says hello.\n");
-        assert_eq!(
-            err,
-            "→ read_file {\"path\":\"a.txt\"}\n  ✓ read_file (3 ms)\n  ✗ read_file (4 ms): no such file: b.txt second line\n"
-        );
-    }
-
-    #[test]
-    fn a_hidden_answer_still_reports_progress() {
-        let mut printer = TurnPrinter::new(Vec::new(), Vec::new(), false, false, false);
-        printer.on_event(AgentEvent::Text("secret"));
-        printer.on_event(AgentEvent::Notice("cut off"));
-        printer.on_event(AgentEvent::Answer("secret"));
-        let (out, err) = printer.into_inner();
-        assert!(out.is_empty());
-        assert_eq!(String::from_utf8(err).unwrap(), "warning: cut off\n");
-    }
-
-    #[test]
-    fn numbers_and_lines_are_readable() {
+    fn token_counts_are_readable() {
         assert_eq!(
             usage_text(Usage {
                 input_tokens: 1_234_567,
@@ -742,7 +483,5 @@ mod tests {
         );
         assert_eq!(thousands(100), "100");
         assert_eq!(thousands(1000), "1,000");
-        assert_eq!(one_line("a\n b", 10), "a b");
-        assert_eq!(one_line("abcdefghijkl", 5), "abcd…");
     }
 }

@@ -16,12 +16,14 @@ use rustyline::error::ReadlineError;
 use rustyline::history::MemHistory;
 use rustyline::{Config as EditorConfig, Editor};
 
-use super::Context;
 use super::agent_common::{
-    AgentArgs, AgentSetup, MemorySetup, TurnPrinter, cancel_on_ctrl_c, one_line,
-    prepare_with_memory, report_fit_outcomes, usage_text, use_style,
+    AgentArgs, AgentSetup, MemorySetup, cancel_on_ctrl_c, prepare_with_memory, report_fit_outcomes,
+    usage_text,
 };
+use crate::context::Context;
 use crate::exit::{Status, usage};
+use crate::output::{one_line_cut, use_style};
+use crate::turn_printer::TurnPrinter;
 
 /// The file holding what was typed, one JSON string a line, newest last.
 pub const HISTORY_FILE: &str = "chat_history.jsonl";
@@ -362,14 +364,19 @@ fn print_history(messages: &[Message]) {
     }
     for message in messages {
         let _ = match message {
-            Message::System { content } => writeln!(out, "system: {}", one_line(content, 200)),
+            Message::System { content } => writeln!(out, "system: {}", one_line_cut(content, 200)),
             Message::User { content } => writeln!(out, "you: {content}"),
             Message::Assistant(a) => {
                 if !a.content.is_empty() {
                     let _ = writeln!(out, "engram: {}", a.content);
                 }
                 for call in &a.tool_calls {
-                    let _ = writeln!(out, "  → {} {}", call.name, one_line(&call.arguments, 160));
+                    let _ = writeln!(
+                        out,
+                        "  → {} {}",
+                        call.name,
+                        one_line_cut(&call.arguments, 160)
+                    );
                 }
                 Ok(())
             }
@@ -377,7 +384,7 @@ fn print_history(messages: &[Message]) {
                 out,
                 "  {} {}",
                 if t.is_error { "✗" } else { "←" },
-                one_line(&t.content, 160)
+                one_line_cut(&t.content, 160)
             ),
         };
     }

@@ -6,7 +6,7 @@ use engram_backend::StoreConfig;
 use engram_core::store::transfer::{Table, copy};
 use serde::Serialize;
 
-use super::Context;
+use crate::context::Context;
 use crate::exit::Status;
 use crate::output;
 

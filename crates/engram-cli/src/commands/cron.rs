@@ -12,8 +12,8 @@ use engram_core::SystemClock;
 use engram_core::store::jobs::{JobError, RunStatus};
 use serde_json::json;
 
-use super::Context;
 use super::gateway::{scheduler_config, turn_runner};
+use crate::context::Context;
 use crate::exit::{Failure, Status};
 use crate::output;
 

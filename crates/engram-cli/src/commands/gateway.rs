@@ -25,10 +25,10 @@ use engram_memory::working::{ModelSummarizer, WorkingConfig};
 use jiff::Timestamp;
 use serde_json::json;
 
-use super::Context;
 use super::agent_common::{AgentArgs, memory_block, prepare_with_memory};
 use super::cron::open_scheduler;
 use crate::config::Config;
+use crate::context::Context;
 use crate::exit::{Failure, Status};
 
 /// The environment variable that swaps the agent for a stand-in (a test hook): `echo` answers

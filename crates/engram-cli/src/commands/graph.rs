@@ -11,8 +11,9 @@ use engram_core::store::graph::{Entity, ObservationInput, Relation};
 use engram_server::knowledge::KnowledgeBase;
 use serde::{Deserialize, Serialize};
 
+use super::require_user;
 use super::serve::open_stores;
-use super::{Context, require_user};
+use crate::context::Context;
 use crate::exit::Status;
 use crate::output;
 
@@ -202,7 +203,7 @@ pub fn import_graph(ctx: &Context, args: ImportGraphArgs) -> Result<Status> {
         }
         line_no += 1;
         let line = if line_no == 1 {
-            super::import_export::strip_bom(&buf)
+            crate::import::strip_bom(&buf)
         } else {
             &buf[..]
         };

@@ -4,8 +4,8 @@
 use anyhow::{Result, anyhow};
 use clap::Args;
 
-use super::Context;
 use super::serve::{init_logging, open_stores, server_settings};
+use crate::context::Context;
 use crate::exit::Status;
 
 /// `engram mcp`.

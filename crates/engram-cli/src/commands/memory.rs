@@ -8,8 +8,9 @@ use engram_core::store::MemoryPatch;
 use engram_core::{AddOutcome, NewMemory};
 use serde_json::{Value, json};
 
-use super::{Context, filter_from, parse_cli_time, require_user, scope_from};
+use super::{filter_from, parse_cli_time, require_user, scope_from};
 use crate::cli::{AddArgs, ForgetArgs, IdArgs, ListArgs, UpdateArgs};
+use crate::context::Context;
 use crate::exit::{Status, usage};
 use crate::output;
 
@@ -45,7 +46,7 @@ pub fn add(ctx: &Context, args: AddArgs) -> Result<Status> {
     }
     memory.validate().map_err(|e| usage(e.to_string()))?;
     let store = ctx.memories()?;
-    let embedder = super::retrieval::embedder(ctx)?;
+    let embedder = crate::retrieval::embedder(ctx)?;
     let outcome = ctx.block_on(engram_memory::indexing::add_with_vector(
         &store,
         embedder.as_ref(),

@@ -9,9 +9,9 @@ use engram_llm::process_env;
 use engram_memory::maintenance::{self, CleanupReason, CleanupRule};
 use jiff::Timestamp;
 
-use crate::commands::Context;
 use crate::commands::agent_common;
 use crate::config::Config;
+use crate::context::Context;
 use crate::exit::{Failure, Status, usage};
 use crate::output;
 

@@ -9,7 +9,7 @@ use engram_embed::hub::{self, FetchRequest, HubSource};
 use indicatif::{ProgressBar, ProgressStyle};
 use serde_json::json;
 
-use super::Context;
+use crate::context::Context;
 use crate::exit::Status;
 use crate::output;
 

@@ -7,7 +7,7 @@ use clap::Args;
 use engram_agent::workspace::onboard;
 use serde_json::json;
 
-use super::Context;
+use crate::context::Context;
 use crate::exit::Status;
 use crate::output;
 

@@ -9,11 +9,12 @@ use engram_agent::{AgentEvent, CancelToken, RunEnd, RunOutcome, RunRecord, RunSt
 use engram_memory::session::SessionKey;
 use serde_json::json;
 
-use super::Context;
 use super::agent_common::{
-    AgentArgs, TurnPrinter, cancel_on_ctrl_c, prepare_with_memory, report_fit_outcomes, usage_text,
+    AgentArgs, cancel_on_ctrl_c, prepare_with_memory, report_fit_outcomes, usage_text,
 };
+use crate::context::Context;
 use crate::exit::{Failure, Status, usage};
+use crate::turn_printer::TurnPrinter;
 
 /// Help shown after `engram run --help`.
 pub const RUN_AFTER_HELP: &str = "\

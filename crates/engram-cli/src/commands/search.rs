@@ -8,11 +8,12 @@ use anyhow::{Context as _, Result};
 use engram_core::{Filter, Memory};
 use engram_memory::{ScoreParts, SearchHit, SearchRequest};
 
-use super::retrieval;
+use crate::retrieval;
 use serde::{Deserialize, Serialize};
 
-use super::{Context, filter_from};
+use super::filter_from;
 use crate::cli::SearchArgs;
+use crate::context::Context;
 use crate::exit::{Status, usage};
 use crate::output;
 

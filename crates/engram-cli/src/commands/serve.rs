@@ -10,9 +10,10 @@ use engram_server::service::Extraction;
 use engram_server::{ServeOptions, Server, Stores, shutdown_signal};
 
 use super::gateway::GatewayArgs;
-use super::{Context, retrieval};
 use crate::config::Config;
+use crate::context::Context;
 use crate::exit::{Status, usage};
+use crate::retrieval;
 
 /// `engram serve`.
 #[derive(Debug, Args)]

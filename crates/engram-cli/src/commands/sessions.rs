@@ -6,9 +6,9 @@ use engram_core::Message;
 use engram_memory::session::{SessionKey, SessionLog, SessionRecord};
 use serde_json::json;
 
-use super::Context;
-use super::agent_common::one_line;
+use crate::context::Context;
 use crate::exit::{Failure, Status, usage};
+use crate::output::one_line_cut;
 
 /// `engram sessions ...`.
 #[derive(Debug, Subcommand)]
@@ -133,7 +133,7 @@ fn print_log(log: &SessionLog) {
                 let time = crate::output::local_time(m.timestamp);
                 match &m.message {
                     Message::System { content } => {
-                        println!("{time}  system: {}", one_line(content, 200));
+                        println!("{time}  system: {}", one_line_cut(content, 200));
                     }
                     Message::User { content } => {
                         println!("{time}  you: {}", crate::output::visible(content));
@@ -146,14 +146,14 @@ fn print_log(log: &SessionLog) {
                             println!(
                                 "{time}    → {} {}",
                                 call.name,
-                                one_line(&call.arguments, 160)
+                                one_line_cut(&call.arguments, 160)
                             );
                         }
                     }
                     Message::Tool(t) => println!(
                         "{time}    {} {}",
                         if t.is_error { "✗" } else { "←" },
-                        one_line(&t.content, 160)
+                        one_line_cut(&t.content, 160)
                     ),
                 }
             }
@@ -165,7 +165,7 @@ fn print_log(log: &SessionLog) {
                 } else {
                     ""
                 },
-                one_line(&s.summary, 300)
+                one_line_cut(&s.summary, 300)
             ),
             SessionRecord::Extracted { through, .. } => {
                 println!("-- memories extracted from messages 1-{through}");

@@ -7,7 +7,7 @@ use clap::{Args, Subcommand};
 use engram_agent::skills::{SkillSet, SkillSource, SystemProbe};
 use serde_json::json;
 
-use super::Context;
+use crate::context::Context;
 use crate::exit::Status;
 use crate::output;
 

@@ -7,7 +7,7 @@ use engram_server::tokens::create_token;
 use jiff::Timestamp;
 use serde_json::json;
 
-use super::Context;
+use crate::context::Context;
 use crate::exit::{Failure, Status, usage};
 use crate::output;
 

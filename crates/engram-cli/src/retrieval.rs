@@ -1,5 +1,5 @@
-//! The pieces every searching command shares: the configured embedder, a searcher built from
-//! it, and `engram reindex`.
+//! Retrieval as configured, for every command and benchmark that searches: the embedder,
+//! the ranking profile, a searcher built from them, and embedding what has no vector yet.
 
 use std::io::IsTerminal;
 use std::sync::Arc;
@@ -11,13 +11,10 @@ use engram_embed::config::LEXICAL_ONLY_NOTICE;
 use engram_memory::indexing::embed_pending;
 use engram_memory::{RankingProfile, Searcher};
 use indicatif::{ProgressBar, ProgressStyle};
-use serde_json::json;
 
-use super::Context;
-use crate::cli::ReindexArgs;
 use crate::config::Config;
-use crate::exit::{Status, usage};
-use crate::output;
+use crate::context::Context;
+use crate::exit::usage;
 
 /// The `[search]` section of config.toml.
 #[derive(Debug, Clone, Default, serde::Deserialize)]
@@ -126,21 +123,4 @@ pub fn embed_all_pending(
     let embedded = ctx.block_on(embed_pending(&store, &embedder, &mut on_progress))??;
     progress.finish_and_clear();
     Ok(Some((model, embedded)))
-}
-
-/// `engram reindex`: gives every stored text a vector from the configured model.
-pub fn reindex(ctx: &Context, _args: ReindexArgs) -> Result<Status> {
-    let Some((model, embedded)) = embed_all_pending(ctx, ctx.memories()?)? else {
-        return Err(usage(
-            "no embedding model is configured; set ENGRAM_EMBED_MODEL or [embed] in config.toml first",
-        ));
-    };
-    if ctx.json {
-        output::json(&json!({"model": model, "embedded": embedded}))?;
-    } else if embedded == 0 {
-        println!("every memory already has a vector for {model}");
-    } else {
-        println!("embedded {embedded} texts with {model}");
-    }
-    Ok(Status::Success)
 }
