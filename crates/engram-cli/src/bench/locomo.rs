@@ -7,11 +7,12 @@
 //! question's evidence turns found among the top k hits, averaged over questions.
 
 use std::collections::{BTreeMap, HashSet};
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Instant;
 
 use anyhow::{Context as _, Result, anyhow, bail};
+use clap::Args;
 use engram_backend::{DATABASE_FILE, StoreConfig};
 use engram_core::{Filter, FixedClock, Kind, MemoryStore, NewMemory, Scope};
 use engram_memory::indexing::embed_pending;
@@ -24,11 +25,63 @@ use serde_json::{Value, json};
 use super::store::percentile;
 
 mod cv;
-use crate::cli::{BenchLocomoArgs, RetrievalMode};
 use crate::context::Context;
 use crate::exit::Status;
 use crate::output;
 use crate::retrieval;
+
+/// Which retrieval a benchmark measures.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum RetrievalMode {
+    /// BM25 only.
+    Lexical,
+    /// Embeddings only.
+    Dense,
+    /// Both, fused.
+    Hybrid,
+}
+
+impl RetrievalMode {
+    /// The name used on the command line and in reports.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            RetrievalMode::Lexical => "lexical",
+            RetrievalMode::Dense => "dense",
+            RetrievalMode::Hybrid => "hybrid",
+        }
+    }
+}
+
+/// `engram bench locomo`.
+#[derive(Debug, Args)]
+pub struct BenchLocomoArgs {
+    /// The LoCoMo JSON file (a list of samples, as in snap-research/LoCoMo data/locomo10.json).
+    #[arg(long)]
+    pub data: PathBuf,
+    /// lexical, dense or hybrid (default: hybrid when an embedding model is configured).
+    #[arg(long)]
+    pub mode: Option<RetrievalMode>,
+    /// Ranking profile (see `engram search --help`).
+    #[arg(long, value_name = "NAME")]
+    pub profile: Option<String>,
+    /// Recall cut-offs (comma-separated).
+    #[arg(long, value_delimiter = ',', default_value = "5,10,20")]
+    pub k: Vec<usize>,
+    /// Keep the benchmark's store in DIR and reuse it when it already holds the data (saves
+    /// re-embedding between runs that only change ranking).
+    #[arg(long, value_name = "DIR")]
+    pub store: Option<PathBuf>,
+    /// Also choose ranking settings by leave-one-conversation-out cross-validation: every
+    /// setting of a grid (fusion, lexical share, recency, time boosts, neighbours) is scored on
+    /// all conversations but one, the best is measured on the one left out, in turn for each.
+    #[arg(long)]
+    pub cv: bool,
+    /// With --cv: the values one parameter of the grid takes, e.g. `--grid neighbours=0,0.2,0.4`
+    /// (repeatable). Parameters: fusion (weighted, minmax, rrf), share, recency, window, when,
+    /// neighbours.
+    #[arg(long, value_name = "NAME=V1,V2,...")]
+    pub grid: Vec<String>,
+}
 
 /// The question categories the measure covers, with LoCoMo's names.
 const CATEGORIES: [(u8, &str); 4] = [

@@ -7,17 +7,48 @@ use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use anyhow::{Context as _, Result};
+use clap::Args;
 use engram_backend::{DATABASE_FILE, StoreConfig};
 use engram_core::Filter;
 use engram_memory::{SearchRequest, Searcher};
 use indicatif::ProgressBar;
 use serde::Serialize;
 
-use crate::cli::BenchStoreArgs;
 use crate::context::Context;
 use crate::exit::Status;
 use crate::import::{DEFAULT_BATCH_SIZE, import_reader};
 use crate::output;
+
+/// `engram bench store`.
+#[derive(Debug, Args)]
+pub struct BenchStoreArgs {
+    /// Store sizes to measure (comma-separated).
+    #[arg(long, value_delimiter = ',', default_value = "10000,100000,1000000")]
+    pub sizes: Vec<usize>,
+    /// How many users the memories are spread over.
+    #[arg(long, default_value = "100")]
+    pub users: usize,
+    /// Searches per size.
+    #[arg(long, default_value = "1000")]
+    pub queries: usize,
+    /// Runs of the one-shot `engram search` process per size.
+    #[arg(long, default_value = "20")]
+    pub process_runs: usize,
+    /// Where to build the benchmark stores (default: a temporary directory).
+    #[arg(long)]
+    pub dir: Option<PathBuf>,
+    /// Random seed for the synthetic data.
+    #[arg(long, default_value = "7")]
+    pub seed: u64,
+    /// Also measure PostgreSQL: a database URL (each size gets a fresh schema in it,
+    /// `engram_bench_store_<size>`), measured after SQLite on the same data.
+    #[arg(long, value_name = "URL")]
+    pub database_url: Option<String>,
+    /// Size of the common-word case: one user's memories in which each query word is in about a
+    /// quarter of them (0 skips it).
+    #[arg(long, default_value = "100000")]
+    pub common_words: usize,
+}
 
 /// A small, fast, deterministic generator (SplitMix64); benchmarks need repeatable data, not
 /// cryptographic randomness.

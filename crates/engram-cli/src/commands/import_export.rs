@@ -2,19 +2,44 @@
 
 use std::fs::File;
 use std::io::{BufWriter, IsTerminal, Read, Write};
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 use anyhow::{Context as _, Result};
+use clap::Args;
 use engram_core::store::EXPORT_PAGE;
 use engram_core::{ExportCursor, MemoryStore};
 use indicatif::{ProgressBar, ProgressStyle};
 
 use super::require_user;
-use crate::cli::{ExportArgs, ImportArgs};
 use crate::context::Context;
 use crate::exit::Status;
-use crate::import::import_reader;
+use crate::import::{DEFAULT_BATCH_SIZE, import_reader};
 use crate::output;
+
+/// `engram import`.
+#[derive(Debug, Args)]
+pub struct ImportArgs {
+    /// The JSONL file, or `-` for standard input.
+    pub file: PathBuf,
+    /// Lines per transaction.
+    #[arg(
+        long,
+        default_value_t = DEFAULT_BATCH_SIZE,
+        value_parser = clap::value_parser!(u64).range(1..=100_000)
+    )]
+    pub batch_size: u64,
+}
+
+/// `engram export`.
+#[derive(Debug, Args)]
+pub struct ExportArgs {
+    /// The user to export.
+    #[arg(long, short = 'u', env = "ENGRAM_USER")]
+    pub user: Option<String>,
+    /// Write to this file (atomically) instead of standard output.
+    #[arg(long, short = 'o')]
+    pub output: Option<PathBuf>,
+}
 
 fn progress_bar(total_bytes: Option<u64>) -> ProgressBar {
     if !std::io::stderr().is_terminal() {

@@ -4,15 +4,96 @@
 use std::io::{BufRead, IsTerminal, Write};
 
 use anyhow::Result;
+use clap::Args;
 use engram_core::store::MemoryPatch;
-use engram_core::{AddOutcome, NewMemory};
+use engram_core::{AddOutcome, Importance, Kind, MetaCondition, NewMemory};
 use serde_json::{Value, json};
 
-use super::{filter_from, parse_cli_time, require_user, scope_from};
-use crate::cli::{AddArgs, ForgetArgs, IdArgs, ListArgs, UpdateArgs};
+use super::{
+    FilterArgs, ScopeArgs, at_least_one, filter_from, parse_cli_time, require_user, scope_from,
+};
 use crate::context::Context;
 use crate::exit::{Status, usage};
 use crate::output;
+
+/// `engram add`.
+#[derive(Debug, Args)]
+pub struct AddArgs {
+    #[command(flatten)]
+    pub scope: ScopeArgs,
+    /// What sort of memory.
+    #[arg(long, default_value = "episode")]
+    pub kind: Kind,
+    /// Free-text category, e.g. user_info, decision, task_result.
+    #[arg(long)]
+    pub category: Option<String>,
+    /// How much it matters, 1-5.
+    #[arg(long, default_value = "3")]
+    pub importance: Importance,
+    /// When it happened (default now): RFC 3339, a date, or an age like 2d.
+    #[arg(long, value_name = "TIME")]
+    pub at: Option<String>,
+    /// Forget it on its own at this time (or after this long, e.g. 30d).
+    #[arg(long, value_name = "TIME")]
+    pub expires: Option<String>,
+    /// Metadata entry (repeatable). Values that are JSON (numbers, true, {...}) are kept as JSON.
+    #[arg(long = "meta", value_name = "KEY=VALUE")]
+    pub meta: Vec<MetaCondition>,
+    /// Where it came from.
+    #[arg(long, default_value = "cli")]
+    pub source: String,
+    /// The text to remember (several words are joined with spaces).
+    #[arg(required = true, num_args = 1..)]
+    pub text: Vec<String>,
+}
+
+/// `engram list`.
+#[derive(Debug, Args)]
+pub struct ListArgs {
+    #[command(flatten)]
+    pub scope: ScopeArgs,
+    #[command(flatten)]
+    pub filter: FilterArgs,
+    /// How many memories at most (1 or more).
+    #[arg(long, short = 'n', default_value = "20", value_parser = at_least_one())]
+    pub limit: usize,
+    /// Skip this many (for paging).
+    #[arg(long, default_value = "0")]
+    pub offset: usize,
+}
+
+/// A command on one memory.
+#[derive(Debug, Args)]
+pub struct IdArgs {
+    /// The memory's id.
+    pub id: engram_core::MemoryId,
+}
+
+/// `engram update`.
+#[derive(Debug, Args)]
+pub struct UpdateArgs {
+    /// The memory's id.
+    pub id: engram_core::MemoryId,
+    /// The new text (several words are joined with spaces).
+    pub text: Vec<String>,
+    /// New importance.
+    #[arg(long)]
+    pub importance: Option<Importance>,
+    /// New category.
+    #[arg(long)]
+    pub category: Option<String>,
+}
+
+/// `engram forget`.
+#[derive(Debug, Args)]
+pub struct ForgetArgs {
+    /// The user to erase.
+    #[arg(long, short = 'u', env = "ENGRAM_USER")]
+    pub user: Option<String>,
+    /// Do not ask for confirmation (needed when not on a terminal).
+    #[arg(long, short = 'y')]
+    pub yes: bool,
+}
 
 /// A `--meta` value: JSON when it reads as JSON (3, true, {"a":1}), else a string.
 fn meta_value(raw: &str) -> Value {

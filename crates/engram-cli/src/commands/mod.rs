@@ -22,12 +22,57 @@ pub mod skills;
 pub mod token;
 
 use anyhow::Result;
-use engram_core::{Filter, Scope};
+use clap::Args;
+use engram_core::{Filter, Importance, Kind, MetaCondition, Scope};
 use jiff::Timestamp;
 use jiff::tz::TimeZone;
 
-use crate::cli::{FilterArgs, ScopeArgs};
 use crate::exit::usage;
+
+/// Which memories: one user, optionally narrowed.
+#[derive(Debug, Clone, Args)]
+pub struct ScopeArgs {
+    /// The user whose memories these are (required).
+    #[arg(long, short = 'u', env = "ENGRAM_USER")]
+    pub user: Option<String>,
+    /// Narrow to one agent.
+    #[arg(long)]
+    pub agent: Option<String>,
+    /// Narrow to one session.
+    #[arg(long)]
+    pub session: Option<String>,
+}
+
+/// Filters shared by search and list.
+#[derive(Debug, Clone, Args)]
+pub struct FilterArgs {
+    /// Only these kinds (repeat, or separate with commas).
+    #[arg(long, value_delimiter = ',')]
+    pub kind: Vec<Kind>,
+    /// Only these categories (repeat, or separate with commas).
+    #[arg(long, value_delimiter = ',')]
+    pub category: Vec<String>,
+    /// Only memories created at or after this time (RFC 3339, a date, today, or an age like 7d).
+    #[arg(long, value_name = "TIME")]
+    pub since: Option<String>,
+    /// Only memories created before this time.
+    #[arg(long, value_name = "TIME")]
+    pub until: Option<String>,
+    /// Only memories at least this important (1-5).
+    #[arg(long, value_name = "N")]
+    pub min_importance: Option<Importance>,
+    /// Only memories whose metadata has key=value (repeatable; all must hold).
+    #[arg(long = "where", value_name = "KEY=VALUE")]
+    pub conditions: Vec<MetaCondition>,
+    /// Include invalidated and expired memories.
+    #[arg(long)]
+    pub all: bool,
+}
+
+/// A count that must be 1 or more (`--limit 0` would silently show nothing).
+pub fn at_least_one() -> clap::builder::RangedU64ValueParser<usize> {
+    clap::builder::RangedU64ValueParser::<usize>::new().range(1..)
+}
 
 /// The user, which every memory command needs.
 pub fn require_user(user: Option<String>) -> Result<String> {

@@ -1,13 +1,17 @@
 //! `engram reindex`.
 
 use anyhow::Result;
+use clap::Args;
 use serde_json::json;
 
-use crate::cli::ReindexArgs;
 use crate::context::Context;
 use crate::exit::{Status, usage};
 use crate::output;
 use crate::retrieval::embed_all_pending;
+
+/// `engram reindex`.
+#[derive(Debug, Args)]
+pub struct ReindexArgs {}
 
 /// `engram reindex`: gives every stored text a vector from the configured model.
 pub fn reindex(ctx: &Context, _args: ReindexArgs) -> Result<Status> {

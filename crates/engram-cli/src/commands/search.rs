@@ -2,20 +2,47 @@
 
 use std::fs::File;
 use std::io::{BufRead, BufReader, BufWriter, Read, Write};
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 use anyhow::{Context as _, Result};
+use clap::Args;
 use engram_core::{Filter, Memory};
 use engram_memory::{ScoreParts, SearchHit, SearchRequest};
-
-use crate::retrieval;
 use serde::{Deserialize, Serialize};
 
-use super::filter_from;
-use crate::cli::SearchArgs;
+use super::{FilterArgs, ScopeArgs, at_least_one, filter_from};
 use crate::context::Context;
 use crate::exit::{Status, usage};
 use crate::output;
+use crate::retrieval;
+
+/// `engram search`.
+#[derive(Debug, Args)]
+pub struct SearchArgs {
+    #[command(flatten)]
+    pub scope: ScopeArgs,
+    #[command(flatten)]
+    pub filter: FilterArgs,
+    /// How many hits at most (1 or more).
+    #[arg(long, short = 'k', default_value = "10", value_parser = at_least_one())]
+    pub limit: usize,
+    /// Show how each score came about.
+    #[arg(long)]
+    pub explain: bool,
+    /// Ranking profile: balanced (default; chosen by cross-validation on LoCoMo: no recency,
+    /// time boosts, neighbouring turns), recent (balanced plus 0.1 recency), reference (0.6
+    /// similarity, 0.2 recency, 0.2 importance), relevance (no recency or importance) or rrf
+    /// (rank fusion). `[search]` in config.toml can change the default and the weights.
+    #[arg(long, value_name = "NAME")]
+    pub profile: Option<String>,
+    /// Run many searches: a JSONL file of {"user_id", "query"} lines (`-` for stdin); prints one
+    /// JSON array of hits per line, in the same order.
+    #[arg(long, value_name = "FILE", conflicts_with = "query")]
+    pub batch: Option<PathBuf>,
+    /// What to look for.
+    #[arg(required_unless_present = "batch", num_args = 1..)]
+    pub query: Vec<String>,
+}
 
 /// A hit as scripts see it: the memory's fields, its score and, if asked, the score's parts.
 #[derive(Debug, Serialize)]

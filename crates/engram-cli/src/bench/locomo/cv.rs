@@ -13,8 +13,7 @@ use std::collections::BTreeMap;
 use engram_memory::{Fusion, RankingProfile};
 use serde::Serialize;
 
-use super::Asked;
-use crate::cli::RetrievalMode;
+use super::{Asked, RetrievalMode};
 
 /// Settings are chosen by recall at this cut-off.
 pub(super) const SELECT_AT: usize = 10;
