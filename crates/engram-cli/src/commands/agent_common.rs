@@ -101,7 +101,7 @@ pub fn prepare(ctx: &Context, args: &AgentArgs) -> Result<AgentSetup> {
     let mut registry = ToolRegistry::with_builtins(&workspace, &options, memory)
         .context("cannot set up the agent's tools")?;
     registry
-        .register(CronTool::new(super::cron::open_scheduler(ctx)?))
+        .register(CronTool::new(super::scheduler::open_scheduler(ctx)?))
         .context("cannot register the cron tool")?;
     let skills = Arc::new(SkillSet::load(&workspace));
     for error in skills.errors() {
@@ -110,7 +110,7 @@ pub fn prepare(ctx: &Context, args: &AgentArgs) -> Result<AgentSetup> {
     registry
         .register(LoadSkillTool::new(skills.clone()))
         .context("cannot register the load_skill tool")?;
-    super::mcp::add_mcp_tools(&config, &mut registry)?;
+    add_mcp_tools(&config, &mut registry)?;
     let tools = Arc::new(registry);
     let mut prompt = build_prompt(&workspace, &user);
     add_skills(&mut prompt, &skills);
@@ -388,6 +388,30 @@ fn open_workspace(ctx: &Context, args: &AgentArgs, config: &Config) -> Result<Wo
         }
     };
     Workspace::confined(&dir).with_context(|| format!("cannot use the workspace {}", dir.display()))
+}
+
+/// Connects the MCP servers listed under `[mcp.servers]` in config.toml and adds their tools to
+/// the agent's registry as `mcp_<server>_<tool>`. A server that cannot be reached (or a tool
+/// that cannot be registered) is reported on standard error and left out; the agent works on.
+fn add_mcp_tools(config: &Config, registry: &mut ToolRegistry) -> Result<()> {
+    let settings: engram_server::config::McpSettings = config.section("mcp")?;
+    settings
+        .validate()
+        .map_err(|e| usage(format!("{}: {e}", config.path.display())))?;
+    if settings.servers.is_empty() {
+        return Ok(());
+    }
+    let clients = engram_server::mcp_client::McpClients::connect(&settings);
+    for warning in &clients.warnings {
+        eprintln!("warning: {warning}");
+    }
+    for tool in clients.tools {
+        let name = tool.name().to_string();
+        if let Err(e) = registry.register_arc(tool) {
+            eprintln!("warning: the MCP tool {name} is left out: {e}");
+        }
+    }
+    Ok(())
 }
 
 /// Whose memory a command uses: `explicit` (--user or ENGRAM_USER), else `[agent] user` in

@@ -1,18 +1,16 @@
 //! `engram cron ...`: scheduled jobs, shared with a running `engram gateway` through the
 //! database.
 
-use std::sync::Arc;
-
 use anyhow::Result;
 use clap::{ArgGroup, Args, Subcommand, ValueEnum};
 use engram_agent::scheduler::MissedPolicy;
 use engram_agent::scheduler::view::{job_line, job_view, local, run_line, run_view};
 use engram_agent::scheduler::{JobRequest, ScheduleInput, Scheduler, SchedulerError};
-use engram_core::SystemClock;
 use engram_core::store::jobs::{JobError, RunStatus};
 use serde_json::json;
 
-use super::gateway::{scheduler_config, turn_runner};
+use super::gateway::turn_runner;
+use super::scheduler::open_scheduler;
 use crate::context::Context;
 use crate::exit::{Failure, Status};
 use crate::output;
@@ -144,16 +142,6 @@ pub fn run(ctx: &Context, command: CronCommand) -> Result<Status> {
         CronCommand::Run(args) => run_now(ctx, &scheduler, &args.id),
         CronCommand::Runs(args) => runs(ctx, &scheduler, &args.id, args.limit),
     }
-}
-
-/// The scheduler over this home's database, with the configured default zone.
-pub fn open_scheduler(ctx: &Context) -> Result<Scheduler> {
-    let config = scheduler_config(ctx)?;
-    Ok(Scheduler::new(
-        ctx.backend()?.jobs,
-        Arc::new(SystemClock),
-        config.timezone,
-    ))
 }
 
 /// A scheduler error with the exit status it deserves.

@@ -12,7 +12,7 @@ use clap::Args;
 use engram_agent::scheduler::view::run_view;
 use engram_agent::scheduler::{
     EchoRunner, EventLog, Gateway, GatewayEvent, GatewayLock, GatewayOptions, HEARTBEAT_FILE,
-    HeartbeatOptions, SchedulerConfig, TurnRunner,
+    HeartbeatOptions, TurnRunner,
 };
 use engram_agent::scheduler::{Turn, TurnError};
 use engram_agent::tools::ToolRegistry;
@@ -26,7 +26,7 @@ use jiff::Timestamp;
 use serde_json::json;
 
 use super::agent_common::{AgentArgs, memory_block, prepare_with_memory};
-use super::cron::open_scheduler;
+use super::scheduler::{open_scheduler, scheduler_config};
 use crate::config::Config;
 use crate::context::Context;
 use crate::exit::{Failure, Status};
@@ -60,12 +60,6 @@ pub struct GatewayArgs {
     /// interrupted.
     #[arg(long, value_name = "SECS", default_value = "10")]
     pub shutdown_grace: u64,
-}
-
-/// The `[scheduler]` section of ENGRAM_HOME/config.toml (defaults if the file or the section
-/// is missing). A file that does not parse is an error naming it; it is never rewritten.
-pub fn scheduler_config(ctx: &Context) -> Result<SchedulerConfig> {
-    Config::load(ctx.home.dir())?.section::<SchedulerConfig>("scheduler")
 }
 
 /// The workspace: `--workspace`, else `[agent] workspace` (relative to ENGRAM_HOME), else

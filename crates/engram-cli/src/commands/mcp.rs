@@ -40,30 +40,3 @@ pub fn run(ctx: &Context, args: McpArgs) -> Result<Status> {
         .map_err(|e| anyhow!(e))?;
     Ok(Status::Success)
 }
-
-/// Connects the MCP servers listed under `[mcp.servers]` in config.toml and adds their tools to
-/// the agent's registry as `mcp_<server>_<tool>`. A server that cannot be reached (or a tool
-/// that cannot be registered) is reported on standard error and left out; the agent works on.
-pub fn add_mcp_tools(
-    config: &crate::config::Config,
-    registry: &mut engram_agent::tools::ToolRegistry,
-) -> Result<()> {
-    let settings: engram_server::config::McpSettings = config.section("mcp")?;
-    settings
-        .validate()
-        .map_err(|e| crate::exit::usage(format!("{}: {e}", config.path.display())))?;
-    if settings.servers.is_empty() {
-        return Ok(());
-    }
-    let clients = engram_server::mcp_client::McpClients::connect(&settings);
-    for warning in &clients.warnings {
-        eprintln!("warning: {warning}");
-    }
-    for tool in clients.tools {
-        let name = tool.name().to_string();
-        if let Err(e) = registry.register_arc(tool) {
-            eprintln!("warning: the MCP tool {name} is left out: {e}");
-        }
-    }
-    Ok(())
-}

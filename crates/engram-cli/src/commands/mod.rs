@@ -15,6 +15,7 @@ pub mod model;
 pub mod onboard;
 pub mod reindex;
 pub mod run;
+pub mod scheduler;
 pub mod search;
 pub mod serve;
 pub mod sessions;
