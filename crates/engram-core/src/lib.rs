@@ -1,8 +1,8 @@
 //! engram's vocabulary.
 //!
 //! Everything the other crates agree on lives here: the memory record and its scope, the clock,
-//! time parsing, and the traits that storage, embedding, language-model and tool implementations
-//! fulfil. This crate does no I/O of its own.
+//! time parsing, and the traits that storage, embedding, reranking, language-model and tool
+//! implementations fulfil. This crate does no I/O of its own.
 
 pub mod clock;
 pub mod embed;
@@ -10,6 +10,7 @@ pub mod filter;
 pub mod import;
 pub mod llm;
 pub mod memory;
+pub mod rerank;
 pub mod store;
 pub mod time;
 pub mod tool;
@@ -25,6 +26,7 @@ pub use memory::{
     Importance, InvalidMemory, Kind, Memory, MemoryId, NewMemory, Scope, content_hash,
     normalize_text,
 };
+pub use rerank::{RerankError, Reranker};
 pub use store::{
     AddOutcome, Backend, DayCount, DayCounter, DenseIndexStats, DenseSearchCounts, DenseTuning,
     ExportCursor, HistoryEvent, HistoryKind, LexicalHit, MemoryPatch, MemoryStore, PendingText,

@@ -3,6 +3,8 @@
 //! - [`LocalEmbedder`]: a sentence-transformers BERT-family model folder run in-process on the
 //!   CPU, in pure Rust (candle for the matrix products, Hugging Face `tokenizers` for the text).
 //! - [`OpenAiEmbedder`]: any OpenAI-compatible `/v1/embeddings` endpoint.
+//! - [`CrossEncoder`]: not an embedder but a reranker on the same BERT encoder: a
+//!   sequence-classification model folder that scores (query, text) pairs.
 //! - no embedder (lexical search only) is `None`: [`config::from_config`] returns
 //!   `Option<Arc<dyn Embedder>>`.
 //!
@@ -18,5 +20,5 @@ mod text;
 
 pub use config::{EmbedChoice, EmbedConfig, OpenAiConfig, Provider, choose, from_config};
 pub use engram_core::{EmbedError, Embedder, Embedding};
-pub use local::LocalEmbedder;
+pub use local::{CrossEncoder, LocalEmbedder};
 pub use openai::{OpenAiEmbedder, OpenAiOptions};

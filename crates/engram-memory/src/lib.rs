@@ -3,6 +3,8 @@
 //! - [`search`]: hybrid retrieval — lexical (BM25) and dense (embedding) candidates fused, then
 //!   weighed with recency, importance and any time the query names; every hit explains itself.
 //! - [`ranking`]: the fusion methods and named ranking profiles.
+//! - [`rerank`]: the optional rerank stage's language-model reranker (the stage itself is in
+//!   [`search`]; a cross-encoder lives in `engram-embed`).
 //! - [`when`]: time phrases in queries ("last week", "in May").
 //! - [`indexing`]: giving memories their vectors, on add and afterwards.
 //! - [`session`]: sessions as append-only JSONL files under ENGRAM_HOME/sessions.
@@ -24,6 +26,7 @@ pub mod merge;
 pub mod mirror;
 pub mod prompts;
 pub mod ranking;
+pub mod rerank;
 pub mod search;
 pub mod session;
 pub mod token_count;
@@ -34,6 +37,8 @@ pub use manager::{
     ContextBlock, ExtractionReport, ManagerConfig, MemoryError, MemoryManager, MemoryOverview,
 };
 pub use ranking::{Fusion, RankingProfile, Recency};
+pub use rerank::LlmReranker;
 pub use search::{
-    Contributions, ScoreParts, SearchError, SearchHit, SearchRequest, SearchResults, Searcher,
+    Contributions, DEFAULT_RERANK_TOP, RerankStage, ScoreParts, SearchError, SearchHit,
+    SearchRequest, SearchResults, Searcher,
 };

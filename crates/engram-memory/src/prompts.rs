@@ -41,13 +41,20 @@ pub const CONTEXT_GUIDANCE: Prompt = Prompt {
     source: include_str!("../prompts/context_guidance.md"),
 };
 
+/// Scoring the best search hits against the query, 0..10 each (the rerank stage).
+pub const RERANK: Prompt = Prompt {
+    name: "rerank",
+    source: include_str!("../prompts/rerank.md"),
+};
+
 /// Every prompt, for listing and tests.
-pub const ALL: [Prompt; 5] = [
+pub const ALL: [Prompt; 6] = [
     EXTRACT_EPISODES,
     EXTRACT_PROFILE,
     MERGE,
     COMPACT,
     CONTEXT_GUIDANCE,
+    RERANK,
 ];
 
 impl Prompt {

@@ -1,11 +1,13 @@
 //! Finding memories again: lexical and dense candidates fused into one ranking, then weighed
-//! with recency, importance and any time the query names; every hit explains its score.
+//! with recency, importance and any time the query names; every hit explains its score. An
+//! optional rerank stage (off by default) reads the best few again with a [`Reranker`].
 
 use std::collections::HashMap;
 use std::sync::Arc;
 
 use engram_core::{
-    Clock, EmbedError, Embedder, Filter, Memory, MemoryId, MemoryStore, StoreError, SystemClock,
+    Clock, EmbedError, Embedder, Filter, Memory, MemoryId, MemoryStore, Reranker, StoreError,
+    SystemClock,
 };
 use jiff::tz::TimeZone;
 use serde::Serialize;
@@ -60,6 +62,13 @@ pub struct ScoreParts {
     /// The memory's text was longer than the model's window and only its beginning was embedded.
     #[serde(skip_serializing_if = "std::ops::Not::not")]
     pub truncated: bool,
+    /// The reranker's score, when a rerank stage read this hit; the hits it read are ordered
+    /// by it (hits it left unscored keep their places).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub rerank: Option<f64>,
+    /// Where the hit stood after fusion (from 1), before the rerank stage moved it.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub fused_rank: Option<usize>,
     /// What each part added to the final score, weighted by the profile; they sum to it.
     pub contributions: Contributions,
 }
@@ -93,7 +102,8 @@ fn is_zero(x: &f64) -> bool {
 pub struct SearchHit {
     /// The memory.
     pub memory: Memory,
-    /// The final score; hits are sorted by it, best first.
+    /// The final score of fusion and weighting; hits are sorted by it, best first, except that
+    /// a rerank stage orders the hits it read by [`ScoreParts::rerank`] instead.
     pub score: f64,
     /// How the score came about.
     pub parts: ScoreParts,
@@ -119,11 +129,26 @@ pub enum SearchError {
     Embed(#[from] EmbedError),
 }
 
+/// A reranker and how many of the best fused hits it reads.
+#[derive(Debug, Clone)]
+pub struct RerankStage {
+    /// What scores the hits again.
+    pub reranker: Arc<dyn Reranker>,
+    /// How many of the best fused hits it reads (at least the request's limit are ranked first).
+    pub top: usize,
+}
+
+/// How many fused hits a rerank stage reads unless told otherwise: enough to lift what fusion
+/// put just outside the first ten, few enough for a language model's context.
+pub const DEFAULT_RERANK_TOP: usize = 30;
+
 /// Runs searches against a store, with an embedder when one is configured.
 #[derive(Clone)]
 pub struct Searcher {
     store: Arc<dyn MemoryStore>,
     embedder: Option<Arc<dyn Embedder>>,
+    /// Off (`None`) by default: results are then exactly fusion's.
+    rerank: Option<RerankStage>,
     profile: RankingProfile,
     clock: Arc<dyn Clock>,
     time_zone: TimeZone,
@@ -137,6 +162,7 @@ impl std::fmt::Debug for Searcher {
         f.debug_struct("Searcher")
             .field("embedder", &self.embedder.as_ref().map(|e| e.model_id()))
             .field("profile", &self.profile.name)
+            .field("rerank", &self.rerank.as_ref().map(|r| r.reranker.name()))
             .finish_non_exhaustive()
     }
 }
@@ -147,6 +173,7 @@ impl Searcher {
         Self {
             store,
             embedder: None,
+            rerank: None,
             profile: RankingProfile::default(),
             clock: Arc::new(SystemClock),
             time_zone: TimeZone::system(),
@@ -166,6 +193,18 @@ impl Searcher {
     pub fn with_embedder(mut self, embedder: Option<Arc<dyn Embedder>>) -> Self {
         self.embedder = embedder;
         self
+    }
+
+    /// Reorders the best `top` fused hits with this reranker (`None`, the default, keeps
+    /// fusion's order).
+    pub fn with_reranker(mut self, reranker: Option<Arc<dyn Reranker>>, top: usize) -> Self {
+        self.rerank = reranker.map(|reranker| RerankStage { reranker, top });
+        self
+    }
+
+    /// The rerank stage, if one is configured.
+    pub fn rerank_stage(&self) -> Option<&RerankStage> {
+        self.rerank.as_ref()
     }
 
     /// Ranks with this profile.
@@ -199,11 +238,75 @@ impl Searcher {
     /// The best memories for the request, best first.
     pub async fn search(&self, request: &SearchRequest) -> Result<SearchResults, SearchError> {
         let candidates = self.candidates(request).await?;
-        let hits = candidates.rank(&self.profile, request.limit);
-        Ok(SearchResults {
-            hits,
-            notices: candidates.notices,
-        })
+        let mut notices = candidates.notices.clone();
+        let hits = match &self.rerank {
+            None => candidates.rank(&self.profile, request.limit),
+            Some(stage) => {
+                let hits = candidates.rank(&self.profile, request.limit.max(stage.top));
+                let (mut hits, notice) = self.rerank(&request.query, hits).await;
+                notices.extend(notice);
+                hits.truncate(request.limit);
+                hits
+            }
+        };
+        Ok(SearchResults { hits, notices })
+    }
+
+    /// Reorders the first hits (as many as the rerank stage reads) by the reranker's scores;
+    /// the rest keep their places. Never fails: when the reranker fails, or leaves hits
+    /// unscored, those keep their fused places and the returned notice says why. Without a
+    /// rerank stage the hits come back as they are.
+    pub async fn rerank(
+        &self,
+        query: &str,
+        mut hits: Vec<SearchHit>,
+    ) -> (Vec<SearchHit>, Option<String>) {
+        let Some(stage) = &self.rerank else {
+            return (hits, None);
+        };
+        let top = stage.top.min(hits.len());
+        if top < 2 {
+            return (hits, None);
+        }
+        let name = stage.reranker.name();
+        let texts: Vec<String> = hits[..top].iter().map(|h| h.memory.text.clone()).collect();
+        let scores = match stage.reranker.score(query, &texts).await {
+            Ok(scores) if scores.len() == top => scores,
+            Ok(scores) => {
+                let why = format!(
+                    "reranking with {name} gave {} scores for {top} hits, so fusion's order stands",
+                    scores.len()
+                );
+                tracing::warn!("{why}");
+                return (hits, Some(why));
+            }
+            Err(e) => {
+                let why = format!("reranking with {name} failed, so fusion's order stands: {e}");
+                tracing::warn!("{why}");
+                return (hits, Some(why));
+            }
+        };
+        let order = rerank_order(&scores);
+        let mut read: Vec<Option<SearchHit>> = hits.drain(..top).map(Some).collect();
+        let reordered: Vec<SearchHit> = order
+            .iter()
+            .filter_map(|&from| {
+                let mut hit = read[from].take()?;
+                hit.parts.rerank = scores[from].filter(|s| s.is_finite());
+                hit.parts.fused_rank = Some(from + 1);
+                Some(hit)
+            })
+            .collect();
+        hits.splice(0..0, reordered);
+        let scored = scores.iter().flatten().filter(|s| s.is_finite()).count();
+        let notice = (scored < top).then(|| {
+            let why = format!(
+                "{name} scored {scored} of the {top} hits it read; the others keep fusion's places"
+            );
+            tracing::warn!("{why}");
+            why
+        });
+        (hits, notice)
     }
 
     /// Everything ranking needs for the request: the lexical and dense candidates merged by
@@ -343,6 +446,24 @@ impl Searcher {
         let embedding = embedder.embed_one(&request.query).await?;
         Ok(Some((model, embedding.vector)))
     }
+}
+
+/// The new order of hits given the reranker's scores: positions holding an unscored hit (no
+/// score, or not a finite one) keep it; the other positions are filled with the scored hits,
+/// best score first (ties keep fusion's order). Returns, for each position, where its hit was.
+pub fn rerank_order(scores: &[Option<f64>]) -> Vec<usize> {
+    let score = |i: usize| scores[i].filter(|s| s.is_finite());
+    let slots: Vec<usize> = (0..scores.len()).filter(|&i| score(i).is_some()).collect();
+    let mut best_first = slots.clone();
+    best_first.sort_by(|&a, &b| {
+        let (sa, sb) = (score(a).unwrap_or(0.0), score(b).unwrap_or(0.0));
+        sb.total_cmp(&sa).then(a.cmp(&b))
+    });
+    let mut order: Vec<usize> = (0..scores.len()).collect();
+    for (slot, from) in slots.into_iter().zip(best_first) {
+        order[slot] = from;
+    }
+    order
 }
 
 /// One memory found by the lexical or the dense search (or both), before ranking.
@@ -523,6 +644,8 @@ impl Candidates {
                         time_mention: b.time_mention,
                         from_neighbours: b.from_neighbours,
                         truncated: candidate.truncated,
+                        rerank: None,
+                        fused_rank: None,
                         contributions: b.contributions,
                     },
                 }
@@ -667,6 +790,43 @@ mod tests {
         assert!((boost(0) - 0.2).abs() < 1e-9);
         assert!((boost(1) - 0.1).abs() < 1e-9);
         assert_eq!(hits[2].parts.time_match, None);
+    }
+
+    #[test]
+    fn reranking_orders_the_scored_and_leaves_the_unscored_in_place() {
+        assert_eq!(rerank_order(&[Some(1.0), Some(3.0), Some(2.0)]), [1, 2, 0]);
+        // Position 1 was not scored: it stays; the others are ordered around it.
+        assert_eq!(
+            rerank_order(&[Some(1.0), None, Some(3.0), Some(f64::NAN)]),
+            [2, 1, 0, 3]
+        );
+        // Ties keep fusion's order.
+        assert_eq!(rerank_order(&[Some(5.0), Some(5.0), Some(6.0)]), [2, 0, 1]);
+        assert!(rerank_order(&[]).is_empty());
+    }
+
+    proptest::proptest! {
+        #[test]
+        fn rerank_order_is_a_permutation_that_sorts_the_scored(
+            scores in proptest::collection::vec(
+                proptest::option::of(-100.0f64..100.0), 0..40)
+        ) {
+            let order = rerank_order(&scores);
+            let mut seen = order.clone();
+            seen.sort_unstable();
+            proptest::prop_assert_eq!(seen, (0..scores.len()).collect::<Vec<_>>());
+            let mut previous = f64::INFINITY;
+            for (position, &from) in order.iter().enumerate() {
+                match scores[from] {
+                    None => proptest::prop_assert_eq!(position, from),
+                    Some(score) => {
+                        proptest::prop_assert!(scores[position].is_some());
+                        proptest::prop_assert!(score <= previous);
+                        previous = score;
+                    }
+                }
+            }
+        }
     }
 
     #[test]

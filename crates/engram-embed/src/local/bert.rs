@@ -57,8 +57,9 @@ pub struct BertModel {
     position_offset: usize,
     word_embeddings: Vec<f32>,
     position_embeddings: Vec<f32>,
-    /// Added to every token: BERT's token type 0; zeros for MPNet, which has no token types.
-    token_type_zero: Vec<f32>,
+    /// BERT's token-type rows, one added to every token (type 0 unless told otherwise); one row
+    /// of zeros for MPNet, which has no token types.
+    token_types: Vec<f32>,
     embedding_norm: NormWeights,
     layers: Vec<Layer>,
     /// MPNet's attention bias by relative position, shared by every layer.
@@ -88,12 +89,30 @@ const BERT_LAYER: LayerNames = LayerNames {
 
 /// The weights file, with the naming convention it uses.
 pub(super) struct Weights<'a> {
-    tensors: HashMap<String, Tensor>,
+    tensors: &'a HashMap<String, Tensor>,
     prefix: &'static str,
     path: &'a Path,
 }
 
-impl Weights<'_> {
+impl<'a> Weights<'a> {
+    /// The tensors of `path` read under `prefix`.
+    pub(super) fn new(
+        tensors: &'a HashMap<String, Tensor>,
+        prefix: &'static str,
+        path: &'a Path,
+    ) -> Self {
+        Self {
+            tensors,
+            prefix,
+            path,
+        }
+    }
+
+    /// Whether the file holds the tensor `name` (under the prefix).
+    pub(super) fn has(&self, name: &str) -> bool {
+        self.tensors.contains_key(&format!("{}{name}", self.prefix))
+    }
+
     fn bad_shape(&self, detail: String) -> EmbedError {
         EmbedError::BadShape {
             path: self.path.to_path_buf(),
@@ -129,7 +148,12 @@ impl Weights<'_> {
     }
 
     /// A `[out, in]` matrix, returned transposed and contiguous as `[in, out]`.
-    fn matrix_t(&self, name: &str, out: usize, input: usize) -> Result<Tensor, EmbedError> {
+    pub(super) fn matrix_t(
+        &self,
+        name: &str,
+        out: usize,
+        input: usize,
+    ) -> Result<Tensor, EmbedError> {
         self.get(name, &[out, input])?
             .t()
             .and_then(|t| t.contiguous())
@@ -155,30 +179,47 @@ impl Weights<'_> {
 /// (`BertForMaskedLM` etc.), or from a wrapper.
 const PREFIXES: [&str; 3] = ["", "bert.", "model."];
 
+/// Reads a safetensors file's contents (`bytes`, read from `path`).
+pub(super) fn read_tensors(
+    bytes: &[u8],
+    path: &Path,
+) -> Result<HashMap<String, Tensor>, EmbedError> {
+    candle_core::safetensors::load_buffer(bytes, &Device::Cpu).map_err(|e| EmbedError::BadFile {
+        path: path.to_path_buf(),
+        detail: format!("not a valid safetensors file: {e}"),
+    })
+}
+
+/// The prefix the encoder's weights carry in `tensors` (`bert.` for a task model).
+pub(super) fn encoder_prefix(
+    tensors: &HashMap<String, Tensor>,
+    path: &Path,
+) -> Result<&'static str, EmbedError> {
+    PREFIXES
+        .into_iter()
+        .find(|p| tensors.contains_key(&format!("{p}embeddings.word_embeddings.weight")))
+        .ok_or_else(|| EmbedError::BadShape {
+            path: path.to_path_buf(),
+            detail:
+                "there is no embeddings.word_embeddings.weight tensor; this is not a BERT model"
+                    .into(),
+        })
+}
+
 impl BertModel {
     /// Loads and checks the weights in `bytes` (the contents of `path`) against `config`: a
     /// BERT model, or an MPNet one when `config.model_type` says so.
     pub fn load(bytes: &[u8], path: &Path, config: &BertConfig) -> Result<Self, EmbedError> {
-        let tensors = candle_core::safetensors::load_buffer(bytes, &Device::Cpu).map_err(|e| {
-            EmbedError::BadFile {
-                path: path.to_path_buf(),
-                detail: format!("not a valid safetensors file: {e}"),
-            }
-        })?;
-        let prefix = PREFIXES
-            .into_iter()
-            .find(|p| tensors.contains_key(&format!("{p}embeddings.word_embeddings.weight")))
-            .ok_or_else(|| EmbedError::BadShape {
-                path: path.to_path_buf(),
-                detail:
-                    "there is no embeddings.word_embeddings.weight tensor; this is not a BERT model"
-                        .into(),
-            })?;
-        let weights = Weights {
-            tensors,
-            prefix,
-            path,
-        };
+        Self::from_tensors(&read_tensors(bytes, path)?, path, config)
+    }
+
+    /// The encoder from tensors already read from `path` (a task model's head stays in them).
+    pub fn from_tensors(
+        tensors: &HashMap<String, Tensor>,
+        path: &Path,
+        config: &BertConfig,
+    ) -> Result<Self, EmbedError> {
+        let weights = Weights::new(tensors, encoder_prefix(tensors, path)?, path);
         let h = config.hidden_size;
         let inter = config.intermediate_size;
         let activation = config.activation().ok_or_else(|| EmbedError::Unsupported {
@@ -187,7 +228,7 @@ impl BertModel {
         })?;
 
         let is_mpnet = config.is_mpnet();
-        let (names, token_type_zero, position_offset, relative_bias) = if is_mpnet {
+        let (names, token_types, position_offset, relative_bias) = if is_mpnet {
             (
                 &mpnet::LAYER,
                 vec![0.0; h],
@@ -199,7 +240,7 @@ impl BertModel {
                 "embeddings.token_type_embeddings.weight",
                 &[config.type_vocab_size, h],
             )?;
-            (&BERT_LAYER, token_types[..h].to_vec(), 0, None)
+            (&BERT_LAYER, token_types, 0, None)
         };
         let mut layers = Vec::with_capacity(config.num_hidden_layers);
         for i in 0..config.num_hidden_layers {
@@ -254,7 +295,7 @@ impl BertModel {
                 "embeddings.position_embeddings.weight",
                 &[config.max_position_embeddings, h],
             )?,
-            token_type_zero,
+            token_types,
             embedding_norm: weights.norm("embeddings.LayerNorm", h)?,
             layers,
             relative_bias,
@@ -272,10 +313,40 @@ impl BertModel {
     }
 
     /// Runs the encoder over sequences of token ids (each at most the position limit long, ids
-    /// below [`Self::vocab_rows`]). Returns the last layer's token vectors, padded to the longest
-    /// sequence: row `b * seq_len + t` is token `t` of sequence `b`. Padding rows are garbage.
+    /// below [`Self::vocab_rows`]), every token of type 0. Returns the last layer's token
+    /// vectors, padded to the longest sequence: row `b * seq_len + t` is token `t` of sequence
+    /// `b`. Padding rows are garbage.
     pub fn forward(&self, sequences: &[&[u32]]) -> Result<(Vec<f32>, usize), EmbedError> {
+        self.forward_typed(sequences, None)
+    }
+
+    /// [`Self::forward`] with each token's type (BERT's segment: 0 for the first text of a pair,
+    /// 1 for the second), one list per sequence as long as it; `None` means all 0.
+    pub fn forward_typed(
+        &self,
+        sequences: &[&[u32]],
+        types: Option<&[&[u32]]>,
+    ) -> Result<(Vec<f32>, usize), EmbedError> {
         let h = self.hidden;
+        if let Some(types) = types {
+            let type_rows = self.token_types.len() / h;
+            if types.len() != sequences.len()
+                || types.iter().zip(sequences).any(|(t, s)| t.len() != s.len())
+            {
+                return Err(EmbedError::Inference(
+                    "token types do not line up with the tokens".into(),
+                ));
+            }
+            if let Some(t) = types
+                .iter()
+                .flat_map(|t| t.iter())
+                .find(|t| **t as usize >= type_rows)
+            {
+                return Err(EmbedError::Inference(format!(
+                    "token type {t} is outside the model's {type_rows} token types"
+                )));
+            }
+        }
         let seq_len = sequences.iter().map(|s| s.len()).max().unwrap_or(0);
         if seq_len == 0 {
             return Ok((Vec::new(), 0));
@@ -303,17 +374,15 @@ impl BertModel {
         let embedding_norm = self.embedding_norm.as_norm(self.eps);
         x.par_chunks_mut(seq_len * h)
             .zip(sequences.par_iter())
-            .for_each(|(out, ids)| {
+            .enumerate()
+            .for_each(|(b, (out, ids))| {
                 for (t, (row, id)) in out.chunks_exact_mut(h).zip(ids.iter()).enumerate() {
                     let word = &self.word_embeddings[*id as usize * h..(*id as usize + 1) * h];
                     let p = t + self.position_offset;
                     let position = &self.position_embeddings[p * h..(p + 1) * h];
-                    for (((v, w), p), k) in row
-                        .iter_mut()
-                        .zip(word)
-                        .zip(position)
-                        .zip(&self.token_type_zero)
-                    {
+                    let k = types.map_or(0, |types| types[b][t] as usize);
+                    let token_type = &self.token_types[k * h..(k + 1) * h];
+                    for (((v, w), p), k) in row.iter_mut().zip(word).zip(position).zip(token_type) {
                         *v = w + p + k;
                     }
                     kernels::layer_norm_row(row, &embedding_norm);

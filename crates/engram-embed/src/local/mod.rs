@@ -1,6 +1,8 @@
-//! The local embedder: a sentence-transformers BERT or MPNet model run in-process on the CPU.
+//! The local embedder: a sentence-transformers BERT or MPNet model run in-process on the CPU;
+//! and on the same encoder, a BERT cross-encoder that reranks search hits ([`CrossEncoder`]).
 
 mod bert;
+mod cross_encoder;
 pub(crate) mod folder;
 mod kernels;
 mod mpnet;
@@ -18,6 +20,7 @@ use tokenizers::{Encoding, Tokenizer, TruncationParams};
 
 use crate::text::cut_long_text;
 use bert::BertModel;
+pub use cross_encoder::CrossEncoder;
 use folder::ModelFolder;
 pub use folder::PoolingMode;
 
