@@ -1,15 +1,18 @@
 //! Retrieval as configured, for every command and benchmark that searches: the embedder,
-//! the ranking profile, a searcher built from them, and embedding what has no vector yet.
+//! the ranking profile, the rerank stage, a searcher built from them, and embedding what has
+//! no vector yet.
 
 use std::io::IsTerminal;
+use std::path::PathBuf;
 use std::sync::Arc;
 
 use anyhow::Result;
-use engram_core::{Embedder, MemoryStore};
-use engram_embed::EmbedConfig;
+use engram_core::{Embedder, MemoryStore, Reranker};
 use engram_embed::config::LEXICAL_ONLY_NOTICE;
+use engram_embed::{CrossEncoder, EmbedConfig};
+use engram_llm::process_env;
 use engram_memory::indexing::embed_pending;
-use engram_memory::{RankingProfile, Searcher};
+use engram_memory::{DEFAULT_RERANK_TOP, LlmReranker, RankingProfile, Searcher};
 use indicatif::{ProgressBar, ProgressStyle};
 
 use crate::config::Config;
@@ -30,6 +33,25 @@ pub struct SearchSettings {
     pub importance: Option<f64>,
     /// Share of lexical evidence in relevance (0..1).
     pub lexical_share: Option<f64>,
+    /// The rerank stage used when `--rerank` is not given (default none).
+    pub rerank: Option<RerankMode>,
+    /// The cross-encoder folder for `rerank = "cross-encoder"`.
+    pub rerank_model: Option<PathBuf>,
+    /// How many of the best fused hits the rerank stage reads (default 30).
+    pub rerank_top: Option<usize>,
+}
+
+/// Whether and how the best fused hits of a search are scored again (`--rerank`, `[search]
+/// rerank`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum, serde::Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum RerankMode {
+    /// No rerank stage: fusion's order (the default).
+    None,
+    /// The configured language model (`[llm]`) scores the hits, 0 to 10 each.
+    Llm,
+    /// A BERT cross-encoder folder (`[search] rerank_model`) scores each (query, hit) pair.
+    CrossEncoder,
 }
 
 /// The embedder that config.toml and ENGRAM_EMBED_MODEL ask for; `None` means lexical search.
@@ -88,10 +110,58 @@ pub fn searcher(
     ctx: &Context,
     store: Arc<dyn MemoryStore>,
     profile_flag: Option<&str>,
+    rerank_flag: Option<RerankMode>,
 ) -> Result<Searcher> {
-    Ok(Searcher::new(store)
+    let searcher = Searcher::new(store)
         .with_embedder(embedder(ctx)?)
-        .with_profile(profile(ctx, profile_flag)?))
+        .with_profile(profile(ctx, profile_flag)?);
+    Ok(match reranker(ctx, rerank_flag)? {
+        Some((reranker, top)) => searcher.with_reranker(Some(reranker), top),
+        None => searcher,
+    })
+}
+
+/// The rerank stage: `--rerank` if given, else `[search] rerank`, else none; with how many
+/// hits it reads. `None` when there is no stage.
+pub fn reranker(
+    ctx: &Context,
+    flag: Option<RerankMode>,
+) -> Result<Option<(Arc<dyn Reranker>, usize)>> {
+    let config = Config::load(ctx.home.dir())?;
+    let settings: SearchSettings = config.section("search")?;
+    let top = settings.rerank_top.unwrap_or(DEFAULT_RERANK_TOP);
+    if top == 0 {
+        return Err(usage("[search] rerank_top must be at least 1"));
+    }
+    let reranker: Arc<dyn Reranker> = match flag.or(settings.rerank).unwrap_or(RerankMode::None) {
+        RerankMode::None => return Ok(None),
+        RerankMode::Llm => {
+            let model = engram_llm::from_config(&config.llm, &process_env).map_err(|e| {
+                usage(format!(
+                    "reranking with the language model needs [llm] in config.toml: {}",
+                    e.in_file(&config.path)
+                ))
+            })?;
+            Arc::new(LlmReranker::new(model))
+        }
+        RerankMode::CrossEncoder => {
+            let Some(dir) = settings.rerank_model else {
+                return Err(usage(format!(
+                    "reranking with a cross-encoder needs its folder: set rerank_model = \
+                     \"/path/to/folder\" under [search] in {}",
+                    config.path.display()
+                )));
+            };
+            let model = CrossEncoder::load(&dir).map_err(|e| {
+                usage(format!(
+                    "cannot load the cross-encoder {}: {e}",
+                    dir.display()
+                ))
+            })?;
+            Arc::new(model)
+        }
+    };
+    Ok(Some((reranker, top)))
 }
 
 /// Embeds every text of `store` that has no vector for the configured model, with a progress

@@ -75,9 +75,12 @@ pub fn rerank_request(query: &str, texts: &[String]) -> ChatRequest {
         .enumerate()
         .map(|(i, text)| format!("[{i}] {}", one_line(text, PASSAGE_CHARS)))
         .collect();
+    // Small models tend to score only the first passage or two unless told how many there are.
     let user = format!(
-        "Query: {}\n\nPassages:\n{}",
+        "Query: {}\n\nPassages ({}, numbered 0 to {}; score every one):\n{}",
         one_line(query, PASSAGE_CHARS),
+        texts.len(),
+        texts.len().saturating_sub(1),
         passages.join("\n")
     );
     let answer_tokens = u32::try_from(texts.len())
@@ -250,7 +253,9 @@ mod tests {
         let long = "word ".repeat(200);
         let request = rerank_request("what\nnow?", &["a\nb".into(), long]);
         let user = request.messages[1].text();
-        assert!(user.starts_with("Query: what now?\n\nPassages:\n[0] a b\n[1] word"));
+        assert!(user.starts_with(
+            "Query: what now?\n\nPassages (2, numbered 0 to 1; score every one):\n[0] a b\n[1] word"
+        ));
         assert_eq!(user.lines().count(), 5);
         assert!(user.ends_with('…'));
         assert!(user.chars().count() < 2 * PASSAGE_CHARS);

@@ -28,7 +28,7 @@ mod cv;
 use crate::context::Context;
 use crate::exit::Status;
 use crate::output;
-use crate::retrieval;
+use crate::retrieval::{self, RerankMode};
 
 /// Which retrieval a benchmark measures.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
@@ -64,6 +64,9 @@ pub struct BenchLocomoArgs {
     /// Ranking profile (see `engram search --help`).
     #[arg(long, value_name = "NAME")]
     pub profile: Option<String>,
+    /// Rerank stage (see `engram search --help`); not with --cv.
+    #[arg(long, value_name = "MODE", conflicts_with = "cv")]
+    pub rerank: Option<RerankMode>,
     /// Recall cut-offs (comma-separated).
     #[arg(long, value_delimiter = ',', default_value = "5,10,20")]
     pub k: Vec<usize>,
@@ -213,6 +216,12 @@ struct LocomoReport {
     mode: String,
     profile: String,
     model: Option<String>,
+    /// The rerank stage's reranker and how many hits it read, when there was one.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    rerank: Option<String>,
+    /// Questions whose reranking failed or was partial (they kept fusion's order there).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    rerank_fallbacks: Option<usize>,
     reused_store: bool,
     conversations: usize,
     turns: usize,
@@ -344,10 +353,20 @@ pub fn run(ctx: &Context, args: BenchLocomoArgs) -> Result<Status> {
     // Ask. The questions come after the conversation: "now" is its last session.
     let model = embedder.as_ref().map(|e| e.model_id().to_string());
     let clock = Arc::new(FixedClock::new(Timestamp::UNIX_EPOCH));
+    let reranker = retrieval::reranker(ctx, args.rerank)?;
+    let rerank = reranker
+        .as_ref()
+        .map(|(r, top)| format!("{} (top {top})", r.name()));
+    let rerank_top = reranker.as_ref().map(|(_, top)| *top);
     let searcher = Searcher::new(store.clone())
         .with_embedder(embedder)
         .with_profile(profile.clone())
         .with_clock(clock.clone(), jiff::tz::TimeZone::UTC);
+    let searcher = match reranker {
+        Some((reranker, top)) => searcher.with_reranker(Some(reranker), top),
+        None => searcher,
+    };
+    let mut rerank_fallbacks = 0;
     // The grid's profiles may use adjacent turns even when the benchmark's own does not.
     let searcher = if args.cv {
         searcher.with_all_neighbours()
@@ -402,16 +421,37 @@ pub fn run(ctx: &Context, args: BenchLocomoArgs) -> Result<Status> {
                 }
                 Err(e) => return Err(e.into()),
             };
-            if let Some(c) = &candidates {
-                // The search itself, for its latency: ranking under the profile included.
-                std::hint::black_box(c.order(&profile, max_k));
-            }
+            // With a rerank stage (never with --cv, so the profile is the only one), the
+            // reranked hits; the latency includes the reranking.
+            let reranked: Option<Vec<String>> = match (&candidates, rerank_top) {
+                (Some(c), Some(top)) => {
+                    let hits = c.rank(&profile, max_k.max(top));
+                    let (mut hits, notice) =
+                        runtime.block_on(searcher.rerank(&question.text, hits));
+                    rerank_fallbacks += usize::from(notice.is_some());
+                    hits.truncate(max_k);
+                    Some(
+                        hits.iter()
+                            .filter_map(|h| h.memory.metadata.get("dia_id").and_then(Value::as_str))
+                            .map(str::to_string)
+                            .collect(),
+                    )
+                }
+                (Some(c), None) => {
+                    // The search itself, for its latency: ranking under the profile included.
+                    std::hint::black_box(c.order(&profile, max_k));
+                    None
+                }
+                (None, _) => None,
+            };
             latencies.push(started.elapsed());
             let recall = profiles
                 .iter()
                 .map(|p| {
-                    let ranked: Vec<&str> = candidates.as_ref().map_or(Vec::new(), |c| {
-                        c.order(p, max_k)
+                    let ranked: Vec<&str> = match (&reranked, &candidates) {
+                        (Some(ids), _) => ids.iter().map(String::as_str).collect(),
+                        (None, Some(c)) => c
+                            .order(p, max_k)
                             .into_iter()
                             .filter_map(|at| {
                                 c.entries[at]
@@ -420,8 +460,9 @@ pub fn run(ctx: &Context, args: BenchLocomoArgs) -> Result<Status> {
                                     .get("dia_id")
                                     .and_then(Value::as_str)
                             })
-                            .collect()
-                    });
+                            .collect(),
+                        (None, None) => Vec::new(),
+                    };
                     ks.iter()
                         .map(|&k| {
                             let found = ranked
@@ -454,6 +495,8 @@ pub fn run(ctx: &Context, args: BenchLocomoArgs) -> Result<Status> {
         mode: mode.as_str().to_string(),
         profile: profile.name.clone(),
         model,
+        rerank_fallbacks: rerank.as_ref().map(|_| rerank_fallbacks),
+        rerank,
         reused_store: reuse,
         conversations: conversations.len(),
         turns,
@@ -523,11 +566,17 @@ fn bar(total: u64, what: &str) -> ProgressBar {
 
 fn print_report(report: &LocomoReport, ks: &[usize]) {
     println!(
-        "mode {}, profile {}, model {}",
+        "mode {}, profile {}, model {}, rerank {}",
         report.mode,
         report.profile,
-        report.model.as_deref().unwrap_or("none")
+        report.model.as_deref().unwrap_or("none"),
+        report.rerank.as_deref().unwrap_or("none")
     );
+    if let Some(fallbacks) = report.rerank_fallbacks.filter(|n| *n > 0) {
+        println!(
+            "reranking failed or was partial for {fallbacks} questions (fusion's order kept there)"
+        );
+    }
     println!(
         "LoCoMo: {} conversations, {} turns, {} questions (categories 1-4; {} without resolvable evidence skipped)",
         report.conversations, report.turns, report.questions, report.skipped_questions

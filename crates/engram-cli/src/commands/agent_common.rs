@@ -164,7 +164,7 @@ pub fn prepare_with_memory(
         message: e.in_file(&setup.config.path).to_string(),
     })?;
     let store = ctx.memories()?;
-    let searcher = Arc::new(crate::retrieval::searcher(ctx, store.clone(), None)?);
+    let searcher = Arc::new(crate::retrieval::searcher(ctx, store.clone(), None, None)?);
     let manager = Arc::new(MemoryManager::new(
         store,
         searcher,

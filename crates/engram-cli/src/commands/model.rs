@@ -64,6 +64,11 @@ const MEASURED: [Measured; 2] = [
     },
 ];
 
+/// What is known of the rerank stage's models (BENCHMARKS.md).
+const RERANKERS: &str = "Rerankers (`engram search --rerank llm|cross-encoder`): unmeasured on LoCoMo. \
+    No cross-encoder could be obtained offline to measure, and the only language model at hand (a \
+    local 1.5B) was too slow for the benchmark's questions (BENCHMARKS.md); both are off by default.";
+
 /// `engram model fetch`.
 #[derive(Debug, Args)]
 pub struct FetchArgs {
@@ -222,5 +227,6 @@ fn known(ctx: &Context) -> Result<Status> {
          (BENCHMARKS.md). Install one with `engram model fetch NAME`, use it with \
          ENGRAM_EMBED_MODEL=NAME, then `engram reindex`."
     );
+    println!("{RERANKERS}");
     Ok(Status::Success)
 }

@@ -14,7 +14,7 @@ use super::{FilterArgs, ScopeArgs, at_least_one, filter_from};
 use crate::context::Context;
 use crate::exit::{Status, usage};
 use crate::output;
-use crate::retrieval;
+use crate::retrieval::{self, RerankMode};
 
 /// `engram search`.
 #[derive(Debug, Args)]
@@ -35,6 +35,11 @@ pub struct SearchArgs {
     /// (rank fusion). `[search]` in config.toml can change the default and the weights.
     #[arg(long, value_name = "NAME")]
     pub profile: Option<String>,
+    /// Score the best fused hits again: none (default), llm (the configured language model)
+    /// or cross-encoder (the folder in `[search] rerank_model`); `[search] rerank` in
+    /// config.toml sets the default and `rerank_top` how many hits are read (default 30).
+    #[arg(long, value_name = "MODE")]
+    pub rerank: Option<RerankMode>,
     /// Run many searches: a JSONL file of {"user_id", "query"} lines (`-` for stdin); prints one
     /// JSON array of hits per line, in the same order.
     #[arg(long, value_name = "FILE", conflicts_with = "query")]
@@ -82,6 +87,9 @@ fn explain_line(parts: &ScoreParts) -> String {
     if parts.truncated {
         pieces.push("text was cut to fit the model's window".to_string());
     }
+    if let (Some(score), Some(rank)) = (parts.rerank, parts.fused_rank) {
+        pieces.push(format!("reranked {score:.3} (fused #{rank})"));
+    }
     pieces.push(format!("profile {}", parts.profile));
     pieces.join(", ")
 }
@@ -91,14 +99,14 @@ pub fn search(ctx: &Context, args: SearchArgs) -> Result<Status> {
         return Err(usage("--limit must be at least 1"));
     }
     if let Some(batch) = &args.batch {
-        return search_batch(ctx, batch, args.limit, args.profile.as_deref());
+        return search_batch(ctx, batch, args.limit, args.profile.as_deref(), args.rerank);
     }
     let query = args.query.join(" ");
     if query.trim().is_empty() {
         return Err(usage("the search query is empty"));
     }
     let filter = filter_from(&args.scope, &args.filter)?;
-    let searcher = retrieval::searcher(ctx, ctx.memories()?, args.profile.as_deref())?;
+    let searcher = retrieval::searcher(ctx, ctx.memories()?, args.profile.as_deref(), args.rerank)?;
     let results = ctx.block_on(searcher.search(&SearchRequest {
         filter,
         query,
@@ -148,13 +156,14 @@ fn search_batch(
     path: &Path,
     default_limit: usize,
     profile: Option<&str>,
+    rerank: Option<RerankMode>,
 ) -> Result<Status> {
     let reader: Box<dyn Read> = if path == Path::new("-") {
         Box::new(std::io::stdin().lock())
     } else {
         Box::new(File::open(path).with_context(|| format!("cannot open {}", path.display()))?)
     };
-    let searcher = retrieval::searcher(ctx, ctx.memories()?, profile)?;
+    let searcher = retrieval::searcher(ctx, ctx.memories()?, profile, rerank)?;
     let runtime = ctx.runtime()?;
     let mut notices_shown = false;
     let mut out = BufWriter::new(crate::output::stdout());

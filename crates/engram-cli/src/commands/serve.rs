@@ -65,7 +65,7 @@ pub fn server_settings(ctx: &Context) -> Result<ServerSettings> {
 /// embedder and ranking profile).
 pub fn open_stores(ctx: &Context) -> Result<Stores> {
     let backend = ctx.backend()?;
-    let searcher = retrieval::searcher(ctx, backend.memories.clone(), None)?;
+    let searcher = retrieval::searcher(ctx, backend.memories.clone(), None, None)?;
     Ok(Stores::new(&backend, searcher))
 }
 
