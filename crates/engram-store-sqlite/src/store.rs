@@ -56,15 +56,17 @@ impl Default for StoreOptions {
 /// One SQLite database file: memories, jobs, tokens and the graph, synchronously.
 ///
 /// One connection writes; reads take a connection from a small pool so searches run in parallel
-/// with each other and with writes (WAL mode). A connection of its own watches the file's data
-/// version, which moves whenever anyone (another process, or this handle's writer) commits.
+/// with each other and with writes (WAL mode). A connection of its own, opened when first asked,
+/// watches the file's data version, which moves whenever anyone (another process, or this
+/// handle's writer) commits.
 #[derive(Debug)]
 pub struct Database {
     path: PathBuf,
     options: StoreOptions,
     writer: Mutex<Connection>,
     readers: Mutex<Vec<Connection>>,
-    watcher: Mutex<Connection>,
+    /// Opened on first use: only the token cache and the scheduler ask.
+    watcher: Mutex<Option<Connection>>,
     /// In-process approximate vector indexes, one per model, loaded on demand (see `ann`).
     vector_indexes: VectorIndexes,
     /// Per-user facts that BM25 ranking scores and filters by (see `lexical_docs`).
@@ -95,13 +97,12 @@ impl Database {
         let mut writer = open_connection(&path, &options, true)?;
         migrate(&mut writer, &path, &options)?;
         let vector_indexes = VectorIndexes::new(&path, options.busy_timeout, options.vector_index);
-        let watcher = open_connection(&path, &options, false)?;
         Ok(Self {
             path,
             options,
             writer: Mutex::new(writer),
             readers: Mutex::new(Vec::new()),
-            watcher: Mutex::new(watcher),
+            watcher: Mutex::new(None),
             vector_indexes,
             lexical_docs: LexicalDocCache::default(),
         })
@@ -234,16 +235,23 @@ impl Database {
     /// A number that moves whenever anyone commits to the file (another process, or this
     /// handle's writer); waits for the watching connection if it is in use.
     pub fn data_version(&self) -> Result<i64, StoreError> {
-        lock(&self.watcher)
-            .pragma_query_value(None, "data_version", |r| r.get(0))
-            .map_err(|e| self.err(e))
+        self.watched_version(&mut lock(&self.watcher))
     }
 
     /// [`Database::data_version`] if the watching connection is free right now; never waits.
     pub fn try_data_version(&self) -> Option<i64> {
-        let conn = self.watcher.try_lock().ok()?;
+        let mut watcher = self.watcher.try_lock().ok()?;
+        self.watched_version(&mut watcher).ok()
+    }
+
+    /// The data version seen by the watching connection, opening it the first time.
+    fn watched_version(&self, watcher: &mut Option<Connection>) -> Result<i64, StoreError> {
+        let conn = match watcher {
+            Some(conn) => conn,
+            None => watcher.insert(open_connection(&self.path, &self.options, false)?),
+        };
         conn.pragma_query_value(None, "data_version", |r| r.get(0))
-            .ok()
+            .map_err(|e| self.err(e))
     }
 
     /// Runs `f` as [`Self::write`] does, with the writer's page cache at `cache_kib` for the
