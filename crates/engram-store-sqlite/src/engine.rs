@@ -9,7 +9,6 @@ use std::path::Path;
 use std::sync::Arc;
 
 use async_trait::async_trait;
-use tokio::runtime::RuntimeFlavor;
 use engram_core::store::graph::{
     Entity, GraphError, GraphLink, GraphStore, IndexTarget, KnowledgeGraph, ObservationDeletion,
     ObservationInput, ObservationsAdded, PendingIndex, Relation,
@@ -25,6 +24,7 @@ use engram_core::{
     VectorModelStats,
 };
 use jiff::Timestamp;
+use tokio::runtime::RuntimeFlavor;
 
 use crate::store::{Database, ENGINE, StoreOptions};
 
