@@ -769,3 +769,68 @@ fn out_of_range_numbers_get_messages_that_repeat_them() {
             .stderr(predicate::str::contains("0 is not in 1.."));
     }
 }
+
+/// The benchmarks' store arguments fail at once, before any data is made, with one line that
+/// names the cause.
+#[test]
+fn bench_arguments_that_cannot_work_fail_at_once_in_one_line() {
+    let home = TempDir::new().unwrap();
+    let h = home.path();
+    let one_line = |stderr: &[u8]| {
+        let text = String::from_utf8_lossy(stderr).to_string();
+        assert_eq!(text.trim_end().lines().count(), 1, "not one line: {text}");
+        assert!(text.starts_with("error: "), "{text}");
+        text
+    };
+    // Nothing listens on port 1; a URL that is no PostgreSQL URL at all.
+    let refused = "postgres://engram@127.0.0.1:1/engram";
+    for bench in ["hybrid", "server"] {
+        for url in [refused, "no database here"] {
+            let out = engram(h)
+                .env_remove("ENGRAM_DATABASE_URL")
+                .env_remove("ENGRAM_EMBED_MODEL")
+                .args(["bench", bench, "--database-url", url])
+                .output()
+                .unwrap();
+            assert_eq!(
+                out.status.code(),
+                Some(1),
+                "bench {bench} --database-url {url}"
+            );
+            let text = one_line(&out.stderr);
+            if url == refused {
+                assert!(text.contains("127.0.0.1"), "{text}");
+            } else {
+                assert!(text.contains("not a PostgreSQL URL"), "{text}");
+            }
+        }
+    }
+
+    // No load generator: the error names the script that installs it.
+    let out = engram(h)
+        .args(["bench", "server", "--wrk", "/nonexistent/wrk"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    let text = one_line(&out.stderr);
+    assert!(text.contains("/nonexistent/wrk"), "{text}");
+    assert!(text.contains("scripts/setup-bench-tools.sh"), "{text}");
+
+    // Instance counts and combinations that make no sense are usage errors.
+    for args in [
+        vec!["--instances", "0"],
+        vec!["--instances", "2", "--faults", "stalled=10"],
+        vec!["--database-url", refused, "--faults", "db-lock=100/1000"],
+    ] {
+        let out = engram(h)
+            .args(["bench", "server", "--wrk", "/nonexistent/wrk"])
+            .args(&args)
+            .output()
+            .unwrap();
+        assert_eq!(out.status.code(), Some(2), "{args:?}");
+        assert!(
+            String::from_utf8_lossy(&out.stderr).contains("error"),
+            "{args:?}"
+        );
+    }
+}

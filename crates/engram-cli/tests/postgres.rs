@@ -762,3 +762,44 @@ fn the_server_answers_503_while_the_database_is_away_and_recovers_by_itself() {
     );
     assert!(add("after the outage").0 < 300);
 }
+
+/// `engram bench hybrid --database-url` measures both engines on the same embedded store: the
+/// SQLite store is copied into a schema of the database and searched there through pgvector.
+#[test]
+fn bench_hybrid_measures_sqlite_and_postgresql_side_by_side() {
+    let model = std::env::var("ENGRAM_TEST_MODEL_DIR").unwrap_or_else(|_| {
+        panic!(
+            "ENGRAM_TEST_MODEL_DIR is not set: run the tests with scripts/test.sh, or export \
+             ENGRAM_TEST_MODEL_DIR=\"$(scripts/fetch-test-model.sh)\""
+        )
+    });
+    let db = Database::new("bench_hybrid");
+    let home = TempDir::new().unwrap();
+    let mut cmd = engram(home.path(), &db.url);
+    cmd.env_remove("ENGRAM_DATABASE_URL")
+        .env("ENGRAM_EMBED_MODEL", &model)
+        .args(["--json", "bench", "hybrid", "--size", "300", "--users", "3"])
+        .args(["--queries", "5", "--database-url", &db.url]);
+    let report: Value = serde_json::from_str(&ok(&mut cmd)).unwrap();
+    let engines = report["engines"].as_array().unwrap();
+    let names: Vec<&str> = engines
+        .iter()
+        .map(|e| e["engine"].as_str().unwrap())
+        .collect();
+    assert_eq!(names, ["sqlite", "postgresql"], "{report}");
+    for engine in engines {
+        assert_eq!(engine["memories"], 300, "{engine}");
+        assert_eq!(engine["user_memories"], 100, "{engine}");
+        assert!(engine["hybrid_p50_ms"].as_f64().unwrap() > 0.0, "{engine}");
+        let dense_searches = ["exact_in_database", "exact_in_memory", "approximate"]
+            .iter()
+            .map(|path| engine[format!("dense_{path}")].as_u64().unwrap())
+            .sum::<u64>();
+        assert_eq!(
+            dense_searches, 5,
+            "one dense search per timed query: {engine}"
+        );
+    }
+    let dense = engines[1]["dense_search"].as_str().unwrap();
+    assert!(dense.starts_with("pgvector"), "{dense}");
+}

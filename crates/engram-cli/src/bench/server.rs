@@ -29,8 +29,11 @@ use faults::{FaultReport, FaultRun, Faults, Target};
 /// `engram bench server`.
 #[derive(Debug, Args)]
 #[command(after_help = "\
-Needs wrk on the PATH (apt-get install wrk) or --wrk PATH. Run it on a release build:
+Needs wrk on the PATH (scripts/setup-bench-tools.sh installs it) or --wrk PATH. Run it on a
+release build:
   cargo build --release --bin engram && ./target/release/engram bench server
+Two servers on one PostgreSQL database, searched at once:
+  ./target/release/engram bench server --database-url postgres://... --instances 2
 Compare the native search route with Mem0's, in turns on the same data:
   ./target/release/engram bench server --route native,mem0,mem0-oss --rounds 3
 Search while 2,000 connections stall, 50 clients trickle, 200 flood without a token and the
@@ -49,10 +52,19 @@ pub struct BenchServerArgs {
     /// Batch requests in flight at once.
     #[arg(long, default_value = "2")]
     pub ingest_clients: usize,
+    /// Store the memories in PostgreSQL: a database URL (a fresh schema of it,
+    /// `engram_bench_server`, dropped first). Default: a SQLite file in --dir.
+    #[arg(long, value_name = "URL")]
+    pub database_url: Option<String>,
+    /// `engram serve` processes on the one database, each on its own port: the ingest batches
+    /// go to them in turns, and the searches to all of them at once (one wrk each, the
+    /// connections split between them).
+    #[arg(long, default_value = "1", value_parser = clap::value_parser!(u16).range(1..=64))]
+    pub instances: u16,
     /// Seconds of search load (after 5 s of warm-up).
     #[arg(long, default_value = "30")]
     pub duration: u64,
-    /// Open connections of the load generator.
+    /// Open connections of the load generator (in all, split between the instances).
     #[arg(long, default_value = "32")]
     pub connections: usize,
     /// Threads of the load generator.
@@ -146,7 +158,11 @@ pub(crate) struct ServerProcess {
 }
 
 impl ServerProcess {
-    fn start(home: &std::path::Path, args: &BenchServerArgs) -> Result<Self> {
+    fn start(
+        home: &std::path::Path,
+        args: &BenchServerArgs,
+        database_url: Option<&str>,
+    ) -> Result<Self> {
         let mut extra = Vec::new();
         if let Some(workers) = args.workers {
             extra.push(format!("--workers={workers}"));
@@ -155,10 +171,15 @@ impl ServerProcess {
             extra.push(format!("--concurrency={concurrency}"));
         }
         let mut env = vec![("ENGRAM_LOG".to_string(), "warn".to_string())];
+        let mut remove = vec!["ENGRAM_EMBED_MODEL"];
         if let Some(model) = &args.embed_model {
             env.push(("ENGRAM_EMBED_MODEL".into(), model.display().to_string()));
         }
-        Self::start_with(home, &extra, &env, &["ENGRAM_EMBED_MODEL"])
+        match database_url {
+            Some(url) => env.push(("ENGRAM_DATABASE_URL".into(), url.to_string())),
+            None => remove.push("ENGRAM_DATABASE_URL"),
+        }
+        Self::start_with(home, &extra, &env, &remove)
     }
 
     /// Starts `engram --home HOME serve --listen 127.0.0.1:0 EXTRA...` with `env` set and
@@ -261,7 +282,8 @@ pub fn percentile_ms(sorted: &[Duration], p: f64) -> f64 {
     sorted[index.min(sorted.len() - 1)].as_secs_f64() * 1000.0
 }
 
-fn load_average() -> String {
+/// The 1, 5 and 15 minute load averages (Linux), to say how busy the shared machine was.
+pub(crate) fn load_average() -> String {
     std::fs::read_to_string("/proc/loadavg")
         .map(|s| s.split_whitespace().take(3).collect::<Vec<_>>().join(" "))
         .unwrap_or_else(|_| "unknown".to_string())
@@ -328,8 +350,40 @@ fn parse_wrk(text: &str) -> Result<WrkFigures> {
     Ok(figures)
 }
 
+/// Several wrk runs at once, one per instance, as one: throughput, requests and errors summed,
+/// latency percentiles the worst instance's (an upper bound of the combined percentile).
+fn combine(parts: &[WrkFigures]) -> WrkFigures {
+    let worst = |f: fn(&WrkFigures) -> f64| parts.iter().map(f).fold(0.0, f64::max);
+    WrkFigures {
+        requests_per_second: parts.iter().map(|p| p.requests_per_second).sum(),
+        p50_ms: worst(|p| p.p50_ms),
+        p90_ms: worst(|p| p.p90_ms),
+        p99_ms: worst(|p| p.p99_ms),
+        requests: parts.iter().map(|p| p.requests).sum(),
+        non_2xx: parts.iter().map(|p| p.non_2xx).sum(),
+        socket_errors: parts.iter().map(|p| p.socket_errors).sum(),
+    }
+}
+
+/// One timed run of one route.
+#[derive(Debug, Clone)]
+struct Round {
+    /// All instances together (see [`combine`]).
+    searches: WrkFigures,
+    /// Each instance's wrk figures.
+    instances: Vec<WrkFigures>,
+    /// CPU seconds all servers used.
+    server_cpu: f64,
+    /// CPU seconds all wrk processes used.
+    wrk_cpu: f64,
+}
+
 #[derive(Debug, Serialize)]
 struct Report {
+    /// `sqlite` or `postgresql`.
+    engine: &'static str,
+    /// `engram serve` processes on the one database.
+    instances: u16,
     memories: usize,
     users: usize,
     search: &'static str,
@@ -361,8 +415,11 @@ struct Report {
 struct RouteFigures {
     route: SearchRoute,
     path: &'static str,
-    /// Medians over the rounds (requests, errors: sums).
+    /// Medians over the rounds (requests, errors: sums); with several instances, their sum
+    /// (throughput) and worst (latency) in each round.
     searches: WrkFigures,
+    /// Each instance's figures, medians over the rounds.
+    instances: Vec<WrkFigures>,
     server_cpu_ms_per_search: f64,
     wrk_cpu_ms_per_search: f64,
     /// Requests per second of each round, in order.
@@ -379,35 +436,54 @@ fn median(values: &mut [f64]) -> f64 {
 }
 
 /// The medians of several rounds of one route.
-fn summarise(route: SearchRoute, rounds: &[(WrkFigures, f64, f64)]) -> RouteFigures {
-    let pick = |f: &dyn Fn(&(WrkFigures, f64, f64)) -> f64| {
+fn summarise(route: SearchRoute, rounds: &[Round]) -> RouteFigures {
+    let pick = |f: &dyn Fn(&Round) -> f64| {
         let mut values: Vec<f64> = rounds.iter().map(f).collect();
         median(&mut values)
     };
-    let per_search = |(w, cpu): (&WrkFigures, f64)| {
+    let per_search = |w: &WrkFigures, cpu: f64| {
         if w.requests == 0 {
             0.0
         } else {
             cpu * 1000.0 / w.requests as f64
         }
     };
+    let instances = rounds.first().map_or(0, |r| r.instances.len());
     RouteFigures {
         route,
         path: route.path(),
-        searches: WrkFigures {
-            requests: rounds.iter().map(|r| r.0.requests).sum(),
-            requests_per_second: pick(&|r| r.0.requests_per_second),
-            p50_ms: pick(&|r| r.0.p50_ms),
-            p90_ms: pick(&|r| r.0.p90_ms),
-            p99_ms: pick(&|r| r.0.p99_ms),
-            non_2xx: rounds.iter().map(|r| r.0.non_2xx).sum(),
-            socket_errors: rounds.iter().map(|r| r.0.socket_errors).sum(),
-        },
-        server_cpu_ms_per_search: pick(&|r| per_search((&r.0, r.1))),
-        wrk_cpu_ms_per_search: pick(&|r| per_search((&r.0, r.2))),
-        rounds_requests_per_second: rounds.iter().map(|r| r.0.requests_per_second).collect(),
+        searches: medians(rounds.iter().map(|r| &r.searches)),
+        instances: (0..instances)
+            .map(|i| medians(rounds.iter().filter_map(|r| r.instances.get(i))))
+            .collect(),
+        server_cpu_ms_per_search: pick(&|r| per_search(&r.searches, r.server_cpu)),
+        wrk_cpu_ms_per_search: pick(&|r| per_search(&r.searches, r.wrk_cpu)),
+        rounds_requests_per_second: rounds
+            .iter()
+            .map(|r| r.searches.requests_per_second)
+            .collect(),
     }
 }
+
+/// The medians of several rounds' figures (requests and errors: sums).
+fn medians<'a>(rounds: impl Iterator<Item = &'a WrkFigures> + Clone) -> WrkFigures {
+    let pick = |f: fn(&WrkFigures) -> f64| {
+        let mut values: Vec<f64> = rounds.clone().map(f).collect();
+        median(&mut values)
+    };
+    WrkFigures {
+        requests: rounds.clone().map(|r| r.requests).sum(),
+        requests_per_second: pick(|r| r.requests_per_second),
+        p50_ms: pick(|r| r.p50_ms),
+        p90_ms: pick(|r| r.p90_ms),
+        p99_ms: pick(|r| r.p99_ms),
+        non_2xx: rounds.clone().map(|r| r.non_2xx).sum(),
+        socket_errors: rounds.map(|r| r.socket_errors).sum(),
+    }
+}
+
+/// The schema `--database-url` gets (dropped and made again on every run).
+const PG_SCHEMA: &str = "engram_bench_server";
 
 /// Runs `engram bench server`.
 pub fn run(ctx: &Context, args: BenchServerArgs) -> Result<Status> {
@@ -416,12 +492,29 @@ pub fn run(ctx: &Context, args: BenchServerArgs) -> Result<Status> {
             "--memories, --users and --batch must be positive",
         ));
     }
+    if let Some(faults) = &args.faults {
+        if args.instances > 1 {
+            return Err(crate::exit::usage(
+                "--faults runs against one server: leave out --instances",
+            ));
+        }
+        if faults.db_lock.is_some() && args.database_url.is_some() {
+            return Err(crate::exit::usage(
+                "--faults db-lock takes SQLite's write lock: leave it out with --database-url",
+            ));
+        }
+    }
+    // A bad URL or a database that is down fails before anything is started.
+    let database_url = match &args.database_url {
+        Some(url) => Some(ctx.block_on(engram_backend::fresh_schema(url, PG_SCHEMA))??),
+        None => None,
+    };
     Command::new(&args.wrk)
         .arg("--version")
         .output()
         .with_context(|| {
             format!(
-                "cannot run {} (install wrk, or pass --wrk PATH)",
+                "cannot run {} (scripts/setup-bench-tools.sh installs wrk; or pass --wrk PATH)",
                 args.wrk.display()
             )
         })?;
@@ -436,19 +529,26 @@ pub fn run(ctx: &Context, args: BenchServerArgs) -> Result<Status> {
     std::fs::create_dir_all(&home)?;
     let load_before = load_average();
     let users: Vec<String> = (0..args.users).map(|u| format!("user-{u}")).collect();
-    let tokens =
-        engram_backend::open_blocking(&StoreConfig::sqlite(home.join(DATABASE_FILE)))?.tokens;
+    let (engine, store) = match &database_url {
+        Some(url) => ("postgresql", StoreConfig::postgres(url.clone())),
+        None => ("sqlite", StoreConfig::sqlite(home.join(DATABASE_FILE))),
+    };
+    let backend = ctx.block_on(engram_backend::open(&store))??;
     let (_, token) = ctx.block_on(engram_server::tokens::create_token(
-        tokens.as_ref(),
+        backend.tokens.as_ref(),
         Some("bench"),
         &users,
         jiff::Timestamp::now(),
     ))??;
-    drop(tokens);
-    let server = ServerProcess::start(&home, &args)?;
+    drop(backend);
+    let servers = (0..args.instances)
+        .map(|_| ServerProcess::start(&home, &args, database_url.as_deref()))
+        .collect::<Result<Vec<_>>>()?;
+    let server_urls: Vec<String> = servers.iter().map(|s| s.url.clone()).collect();
     eprintln!(
-        "engram serve at {} (load average {load_before})",
-        server.url
+        "engram serve at {} on {} (load average {load_before})",
+        server_urls.join(", "),
+        store.location()
     );
 
     // The data and queries of `engram bench store`: chat-turn-like sentences over a Zipf
@@ -491,11 +591,14 @@ pub fn run(ctx: &Context, args: BenchServerArgs) -> Result<Status> {
     let added: usize = runtime.block_on(async {
         let mut tasks = Vec::new();
         for _ in 0..args.ingest_clients.max(1) {
-            let (client, bodies, next, url, token) = (
+            let (client, bodies, next, urls, token) = (
                 client.clone(),
                 bodies.clone(),
                 next.clone(),
-                format!("{}/v1/memories/batch", server.url),
+                server_urls
+                    .iter()
+                    .map(|url| format!("{url}/v1/memories/batch"))
+                    .collect::<Vec<_>>(),
                 token.clone(),
             );
             tasks.push(tokio::spawn(async move {
@@ -503,8 +606,9 @@ pub fn run(ctx: &Context, args: BenchServerArgs) -> Result<Status> {
                 loop {
                     let i = next.fetch_add(1, Ordering::Relaxed);
                     let Some(body) = bodies.get(i) else { break };
+                    // The batches go to the instances in turns.
                     let response = client
-                        .post(&url)
+                        .post(&urls[i % urls.len()])
                         .bearer_auth(&token)
                         .header("content-type", "application/json")
                         .body(body.clone())
@@ -570,43 +674,57 @@ pub fn run(ctx: &Context, args: BenchServerArgs) -> Result<Status> {
         std::fs::write(&script_path, script)?;
         scripts.push(script_path);
     }
-    // wrk's report, and the CPU seconds wrk used.
-    let wrk = |script_path: &std::path::Path, seconds: u64| -> Result<(String, f64)> {
-        let mut child = Command::new(&args.wrk)
-            .arg(format!("-t{}", args.threads.max(1)))
-            .arg(format!("-c{}", args.connections.max(1)))
-            .arg(format!("-d{seconds}s"))
-            .arg("--latency")
-            .arg("-s")
-            .arg(script_path)
-            .arg(&server.url)
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .spawn()
-            .context("cannot run wrk")?;
-        let mut stdout = String::new();
-        let mut stderr = String::new();
-        if let Some(mut out) = child.stdout.take() {
-            std::io::Read::read_to_string(&mut out, &mut stdout)?;
+    // One wrk per instance, all at once, the connections split between them: each one's report
+    // and the CPU seconds it used.
+    let instances = server_urls.len();
+    let wrk = |script_path: &std::path::Path, seconds: u64| -> Result<Vec<(String, f64)>> {
+        let mut children = Vec::with_capacity(instances);
+        for (i, url) in server_urls.iter().enumerate() {
+            let connections =
+                args.connections / instances + usize::from(i < args.connections % instances);
+            let child = Command::new(&args.wrk)
+                .arg(format!("-t{}", args.threads.max(1)))
+                .arg(format!("-c{}", connections.max(1)))
+                .arg(format!("-d{seconds}s"))
+                .arg("--latency")
+                .arg("-s")
+                .arg(script_path)
+                .arg(url)
+                .stdout(Stdio::piped())
+                .stderr(Stdio::piped())
+                .spawn()
+                .context("cannot run wrk")?;
+            children.push(child);
         }
-        if let Some(mut err) = child.stderr.take() {
-            std::io::Read::read_to_string(&mut err, &mut stderr)?;
+        let mut reports = Vec::with_capacity(instances);
+        for mut child in children {
+            let mut stdout = String::new();
+            let mut stderr = String::new();
+            if let Some(mut out) = child.stdout.take() {
+                std::io::Read::read_to_string(&mut out, &mut stdout)?;
+            }
+            if let Some(mut err) = child.stderr.take() {
+                std::io::Read::read_to_string(&mut err, &mut stderr)?;
+            }
+            // Its output is closed, so it has exited; until waited for, /proc still has its
+            // times.
+            let cpu = cpu_seconds(child.id());
+            let status = child.wait()?;
+            if !status.success() {
+                bail!("wrk failed: {stderr}");
+            }
+            reports.push((stdout, cpu));
         }
-        // Its output is closed, so it has exited; until waited for, /proc still has its times.
-        let cpu = cpu_seconds(child.id());
-        let status = child.wait()?;
-        if !status.success() {
-            bail!("wrk failed: {stderr}");
-        }
-        Ok((stdout, cpu))
+        Ok(reports)
     };
+    let servers_cpu = || servers.iter().map(ServerProcess::cpu_seconds).sum::<f64>();
     let fault_run = match &args.faults {
         Some(faults) => {
             let (user, query) = &queries[0];
             let run = FaultRun::start(
                 faults,
                 Target {
-                    url: server.url.clone(),
+                    url: server_urls[0].clone(),
                     token: token.clone(),
                     user: user.clone(),
                     search_body: SearchRoute::Native
@@ -627,22 +745,31 @@ pub fn run(ctx: &Context, args: BenchServerArgs) -> Result<Status> {
         wrk(script, 5)?;
     }
     // Routes in turns, so that a noisy moment of the machine does not fall on one route only.
-    let mut measured: Vec<Vec<(WrkFigures, f64, f64)>> = vec![Vec::new(); routes.len()];
+    let mut measured: Vec<Vec<Round>> = vec![Vec::new(); routes.len()];
     // In fault mode this process runs only the misbehaving clients (and the writer) meanwhile.
     let own_cpu_before = cpu_seconds(std::process::id());
     let mut last_text = String::new();
     for round in 0..args.rounds {
         for (i, route) in routes.iter().enumerate() {
-            let server_cpu_before = server.cpu_seconds();
-            let (text, wrk_cpu) = wrk(&scripts[i], args.duration)?;
-            let server_cpu = server.cpu_seconds() - server_cpu_before;
-            let figures = parse_wrk(&text)?;
+            let server_cpu_before = servers_cpu();
+            let reports = wrk(&scripts[i], args.duration)?;
+            let server_cpu = servers_cpu() - server_cpu_before;
+            let parts = reports
+                .iter()
+                .map(|(text, _)| parse_wrk(text))
+                .collect::<Result<Vec<_>>>()?;
+            let figures = combine(&parts);
             eprintln!(
-                "round {} {:?}: {:.0} searches/s, p99 {:.2} ms",
+                "round {} {:?}: {:.0} searches/s, p99 {:.2} ms{}",
                 round + 1,
                 route,
                 figures.requests_per_second,
-                figures.p99_ms
+                figures.p99_ms,
+                if parts.len() > 1 {
+                    " (sum of the instances; the worst one's p99)"
+                } else {
+                    ""
+                }
             );
             if figures.non_2xx > 0 && fault_run.is_none() {
                 bail!(
@@ -651,8 +778,17 @@ pub fn run(ctx: &Context, args: BenchServerArgs) -> Result<Status> {
                     figures.non_2xx
                 );
             }
-            measured[i].push((figures, server_cpu, wrk_cpu));
-            last_text = text;
+            measured[i].push(Round {
+                searches: figures,
+                instances: parts,
+                server_cpu,
+                wrk_cpu: reports.iter().map(|(_, cpu)| cpu).sum(),
+            });
+            last_text = reports
+                .into_iter()
+                .map(|(text, _)| text)
+                .collect::<Vec<_>>()
+                .join("\n");
         }
     }
     let figures: Vec<RouteFigures> = routes
@@ -667,6 +803,8 @@ pub fn run(ctx: &Context, args: BenchServerArgs) -> Result<Status> {
     let first = figures[0].clone();
     let text = last_text;
     let report = Report {
+        engine,
+        instances: args.instances,
         memories: added,
         users: args.users,
         search: if args.embed_model.is_some() {
@@ -687,7 +825,10 @@ pub fn run(ctx: &Context, args: BenchServerArgs) -> Result<Status> {
         searches: first.searches.clone(),
         routes: figures,
         faults: fault_report,
-        server_peak_rss_mib: server.peak_rss_mib(),
+        server_peak_rss_mib: servers
+            .iter()
+            .map(ServerProcess::peak_rss_mib)
+            .fold(0.0, f64::max),
         load_average_before: load_before,
         load_average_after: load_average(),
         cores: std::thread::available_parallelism().map_or(0, |n| n.get()),
@@ -697,7 +838,9 @@ pub fn run(ctx: &Context, args: BenchServerArgs) -> Result<Status> {
     } else {
         println!("{text}");
         println!(
-            "{} memories over {} users ({} search); {} cores; load average before {} / after {}",
+            "{} engram serve on {}; {} memories over {} users ({} search); {} cores; load average before {} / after {}",
+            report.instances,
+            report.engine,
             report.memories,
             report.users,
             report.search,
@@ -742,6 +885,26 @@ pub fn run(ctx: &Context, args: BenchServerArgs) -> Result<Status> {
                 },
                 report.cores
             );
+            if route.instances.len() > 1 {
+                for (i, one) in route.instances.iter().enumerate() {
+                    println!(
+                        "  instance {}: {:.0} requests/s, p50 {:.2} ms, p99 {:.2} ms, {} requests, {} non-2xx, {} socket errors",
+                        i + 1,
+                        one.requests_per_second,
+                        one.p50_ms,
+                        one.p99_ms,
+                        one.requests,
+                        one.non_2xx,
+                        one.socket_errors
+                    );
+                }
+                println!(
+                    "  (requests/s is the instances' sum, p50/p90/p99 the worst instance's; CPU: all servers and wrk processes)"
+                );
+            }
+        }
+        if report.engine == "postgresql" {
+            println!("(the PostgreSQL server's own CPU is not counted in CPU per search)");
         }
         if let Some(f) = &report.faults {
             print_faults(f);
