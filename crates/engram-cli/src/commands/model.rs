@@ -66,8 +66,8 @@ const MEASURED: [Measured; 2] = [
 
 /// What is known of the rerank stage's models (BENCHMARKS.md).
 const RERANKERS: &str = "Rerankers (`engram search --rerank llm|cross-encoder`): unmeasured on LoCoMo. \
-    No cross-encoder could be obtained offline to measure, and the only language model at hand (a \
-    local 1.5B) was too slow for the benchmark's questions (BENCHMARKS.md); both are off by default.";
+    No cross-encoder could be obtained offline to measure; the only language model at hand (a local \
+    1.5B) lowered R@10 on a 20-question subset at ~17 s a query (BENCHMARKS.md). Both are off by default.";
 
 /// `engram model fetch`.
 #[derive(Debug, Args)]
