@@ -963,6 +963,49 @@ mod tests {
     }
 
     #[test]
+    fn instances_add_up_and_report_the_worst_latency() {
+        let one = |rps: f64, p99: f64, requests: u64, non_2xx: u64| WrkFigures {
+            requests_per_second: rps,
+            p50_ms: p99 / 3.0,
+            p90_ms: p99 / 2.0,
+            p99_ms: p99,
+            requests,
+            non_2xx,
+            socket_errors: 1,
+        };
+        let both = combine(&[one(1000.0, 30.0, 15_000, 0), one(1300.0, 25.0, 19_500, 2)]);
+        assert!((both.requests_per_second - 2300.0).abs() < 1e-9);
+        assert!((both.p99_ms - 30.0).abs() < 1e-9 && (both.p50_ms - 10.0).abs() < 1e-9);
+        assert_eq!(
+            (both.requests, both.non_2xx, both.socket_errors),
+            (34_500, 2, 2)
+        );
+
+        // Over rounds: medians of the rates and latencies, sums of the counts, per instance too.
+        let round = |rps: [f64; 2]| {
+            let instances = vec![one(rps[0], 20.0, 100, 0), one(rps[1], 40.0, 100, 0)];
+            Round {
+                searches: combine(&instances),
+                instances,
+                server_cpu: 1.0,
+                wrk_cpu: 0.1,
+            }
+        };
+        let rounds = [
+            round([900.0, 1100.0]),
+            round([1000.0, 1200.0]),
+            round([100.0, 1300.0]),
+        ];
+        let figures = summarise(SearchRoute::Native, &rounds);
+        assert!((figures.searches.requests_per_second - 2000.0).abs() < 1e-9);
+        assert_eq!(figures.searches.requests, 600);
+        assert!((figures.instances[0].requests_per_second - 900.0).abs() < 1e-9);
+        assert!((figures.instances[1].requests_per_second - 1200.0).abs() < 1e-9);
+        assert!((figures.server_cpu_ms_per_search - 5.0).abs() < 1e-9);
+        assert_eq!(figures.rounds_requests_per_second, [2000.0, 2200.0, 1400.0]);
+    }
+
+    #[test]
     fn cpu_times_are_read_past_odd_command_names() {
         let stat = "4242 (wrk (x) 2) Z 1 4242 4242 0 -1 4194308 100 0 0 0 250 50 0 0 20 0 2 0";
         assert_eq!(stat_cpu_seconds(stat), Some(3.0));
