@@ -12,6 +12,18 @@
 //! said it. Episodes may summarise both sides, so their words are looked for in the whole
 //! conversation, and most of them must be there (an episode may not invent events).
 //!
+//! A clause whose subject is someone else ("my colleague Priyanka swears by Svelte", "she
+//! uses Vim") supports no fact about the user, unless the entry names that person or relation
+//! (`daughter_allergy: peanuts` from "my daughter Ines is allergic to peanuts").
+//!
+//! What the user says is over closes a known entry even when the model does not say so
+//! ([`Grounding::ends`]): a word of ending ("no longer", "dropped", "nicht mehr"), a loss that
+//! names it ("Pepper died", "we sold the Volvo"), or a change away from it ("moved from Leeds to
+//! Glasgow", "von Köln nach Leipzig umgezogen", "I left Northwind"). The words for these are
+//! small lexicons per language the grounding knows (English, German, French, Spanish); a word
+//! with a common second sense is left out or read by its position, since a wrongly closed fact
+//! is worse than a stale one the model can still close.
+//!
 //! This is a mechanism, not a list of facts: it knows nothing of any person, place or tool.
 
 use std::collections::HashSet;
@@ -84,6 +96,9 @@ const DENYING: &[&str] = &[
     "no",
     "ne",
     "pas",
+    "aufgehört",
+    "arrêté",
+    "arrete",
 ];
 
 /// Two-word denials.
@@ -93,6 +108,8 @@ const DENYING_PAIRS: &[(&str, &str)] = &[
     ("used", "to"),
     ("gave", "up"),
     ("ya", "no"),
+    ("dejé", "de"),
+    ("deje", "de"),
 ];
 
 /// Words that say something is over, not merely not so ("I'm not vegan any more", "we dropped
@@ -107,6 +124,9 @@ const ENDING: &[&str] = &[
     "dropped",
     "ditched",
     "abandoned",
+    "aufgehört",
+    "arrêté",
+    "arrete",
 ];
 
 /// Two-word endings.
@@ -118,6 +138,353 @@ const ENDING_PAIRS: &[(&str, &str)] = &[
     ("ya", "no"),
     ("nicht", "mehr"),
     ("kein", "mehr"),
+    ("dejé", "de"),
+    ("deje", "de"),
+];
+
+/// True for the split endings "ne ... plus" ("je n'utilise plus Java") and "kein(e) ... mehr" /
+/// "nicht ... mehr" ("ich bin keine Vegetarierin mehr"): the second word alone is "more".
+fn ends_in_two_parts(words: &[String]) -> bool {
+    let has = |w: &str| words.iter().any(|x| x == w);
+    let french = has("plus") && words.iter().any(|w| w == "ne" || w.starts_with("n'"));
+    let german = has("mehr")
+        && words
+            .iter()
+            .any(|w| matches!(w.as_str(), "kein" | "keine" | "keinen" | "keiner" | "nicht"));
+    french || german
+}
+
+/// Phrases (lowercase, as written) telling that something the clause names is gone: a death, a
+/// sale, a giving away, notice given. A clause with one names what it ends by its name ("Pepper
+/// died" ends `pet: dog named Pepper`), so only the value's names must be in it
+/// ([`name_terms`]). Left out for their everyday second sense: "lost" (weight, a match),
+/// "dead" ("dead simple"), "verlassen" ("sich auf etwas verlassen"); "left" is read by its
+/// position ([`LEAVING`]).
+const LOSING: &[&[&str]] = &[
+    // English
+    &["died"],
+    &["passed", "away"],
+    &["put", "down"],
+    &["put", "to", "sleep"],
+    &["sold"],
+    &["gave", "away"],
+    &["given", "away"],
+    &["rehomed"],
+    &["got", "rid", "of"],
+    // German
+    &["gestorben"],
+    &["verstorben"],
+    &["starb"],
+    &["eingeschläfert"],
+    &["verkauft"],
+    &["verschenkt"],
+    &["gekündigt"],
+    // French
+    &["mort"],
+    &["morte"],
+    &["décédé"],
+    &["décédée"],
+    &["euthanasié"],
+    &["euthanasiée"],
+    &["vendu"],
+    &["vendue"],
+    &["vendus"],
+    // Spanish
+    &["murió"],
+    &["murio"],
+    &["falleció"],
+    &["fallecio"],
+    &["vendí"],
+    &["vendi"],
+    &["vendimos"],
+    &["vendido"],
+    &["vendida"],
+];
+
+/// Phrases that look like a loss and are not ("I'm sold on Svelte", "sold out").
+const NOT_LOSING: &[&[&str]] = &[&["sold", "on"], &["sold", "out"]];
+
+/// Verbs of leaving whose object is what was left ("I left Northwind last month", "j'ai quitté
+/// Lyon", "dejé Madrid"): the words after one, up to a word of [`LEAVING_STOPS`], are what the
+/// clause left behind. Read by position because "left" also means what remains ("two cats
+/// left", "nothing left in the budget"): there, nothing follows it.
+const LEAVING: &[&str] = &["left", "quitté", "quitte", "dejé", "deje"];
+
+/// Words that end the object of a leaving: prepositions, conjunctions and articles of the
+/// languages known ("left Berlin for Munich", "left the keys at home", "dejé de fumar").
+const LEAVING_STOPS: &[&str] = &[
+    "to", "for", "at", "in", "on", "onto", "into", "and", "because", "after", "when", "with",
+    "over", "behind", "a", "an", "the", "à", "pour", "en", "et", "depuis", "parce", "de", "para",
+    "por", "y", "porque", "hace", "al",
+];
+
+/// Words before "left" that make it a place or what remains ("on the left", "is left").
+const NOT_LEAVING_AFTER: &[&str] = &[
+    "the",
+    "is",
+    "are",
+    "was",
+    "were",
+    "nothing",
+    "anything",
+    "something",
+    "much",
+    "many",
+    "few",
+    "little",
+    "turn",
+    "turned",
+    "keep",
+    "stay",
+];
+
+/// How a change is told in one language: a verb of change, and the old value between a word
+/// of "from" and a word of "to" ("moved from Leeds to Glasgow", "von Köln nach Leipzig
+/// umgezogen", "déménagé de Paris à Lyon", "me mudé de Madrid a Sevilla").
+struct ChangeWords {
+    verbs: &'static [&'static str],
+    from: &'static [&'static str],
+    to: &'static [&'static str],
+}
+
+/// The change patterns of the languages known. English uses [`CHANGING`] as its verbs.
+const CHANGES: &[ChangeWords] = &[
+    ChangeWords {
+        verbs: CHANGING,
+        from: &["from"],
+        to: &["to", "into"],
+    },
+    ChangeWords {
+        verbs: &[
+            "umgezogen",
+            "gezogen",
+            "ziehen",
+            "zogen",
+            "zog",
+            "umziehen",
+            "gewechselt",
+            "wechseln",
+            "wechselten",
+            "umgestiegen",
+            "umsteigen",
+        ],
+        from: &["von", "aus", "vom"],
+        to: &["nach", "zu", "zum", "zur", "auf", "in", "ins"],
+    },
+    ChangeWords {
+        verbs: &[
+            "déménagé",
+            "déménagée",
+            "déménagés",
+            "déménagées",
+            "déménager",
+            "déménage",
+            "demenage",
+            "changé",
+            "change",
+            "passé",
+            "passée",
+            "migré",
+        ],
+        from: &["de", "du", "des", "d'"],
+        to: &["à", "a", "au", "aux", "vers", "pour", "en"],
+    },
+    ChangeWords {
+        verbs: &[
+            "mudé",
+            "mude",
+            "mudamos",
+            "mudado",
+            "cambié",
+            "cambie",
+            "cambiamos",
+            "pasé",
+            "pase",
+            "pasamos",
+            "trasladé",
+            "trasladamos",
+            "migré",
+            "migramos",
+        ],
+        from: &["de", "desde", "del"],
+        to: &["a", "al", "hacia", "para"],
+    },
+];
+
+/// Words that may open a clause before its subject ("and she ...", "und er ...").
+const LEADING: &[&str] = &[
+    "and", "so", "also", "then", "oh", "well", "plus", "but", "und", "auch", "dann", "aber", "et",
+    "puis", "alors", "mais", "y", "también", "pero",
+];
+
+/// Third-person pronouns that make someone else a clause's subject ("she swears by Svelte").
+const THIRD_PERSON: &[&str] = &[
+    "he", "she", "he's", "she's", "his", "her", "er", "sie", "il", "elle", "ils", "elles", "él",
+    "ella", "ellos", "ellas",
+];
+
+/// Words after French "il" that make it impersonal ("il y a", "il faut").
+const IMPERSONAL_AFTER_IL: &[&str] = &["y", "faut", "fait", "s'agit"];
+
+/// Possessives that open "my sister Carla", "meine Kollegin", "mon mari", "mi hermana".
+const POSSESSIVES: &[&str] = &[
+    "my", "our", "mein", "meine", "meinem", "meinen", "meiner", "unser", "unsere", "unserem",
+    "unseren", "mon", "ma", "mes", "notre", "nos", "mi", "mis", "nuestro", "nuestra", "nuestros",
+    "nuestras",
+];
+
+/// People a user speaks of ("my colleague", "meine Schwester", "mon mari", "mi hija"): a clause
+/// with one of them as its subject is about them.
+const RELATIONS: &[&str] = &[
+    // English
+    "colleague",
+    "colleagues",
+    "coworker",
+    "coworkers",
+    "friend",
+    "friends",
+    "boyfriend",
+    "girlfriend",
+    "partner",
+    "wife",
+    "husband",
+    "spouse",
+    "fiancé",
+    "fiancée",
+    "fiance",
+    "fiancee",
+    "mother",
+    "mom",
+    "mum",
+    "father",
+    "dad",
+    "parents",
+    "sister",
+    "brother",
+    "sibling",
+    "son",
+    "daughter",
+    "kid",
+    "kids",
+    "child",
+    "children",
+    "boss",
+    "manager",
+    "teammate",
+    "neighbour",
+    "neighbor",
+    "roommate",
+    "flatmate",
+    "cousin",
+    "uncle",
+    "aunt",
+    "grandmother",
+    "grandma",
+    "grandfather",
+    "grandpa",
+    "grandparents",
+    "niece",
+    "nephew",
+    "mentor",
+    // German
+    "kollege",
+    "kollegin",
+    "kollegen",
+    "freund",
+    "freundin",
+    "freunde",
+    "partnerin",
+    "frau",
+    "mann",
+    "ehemann",
+    "ehefrau",
+    "mutter",
+    "mama",
+    "vater",
+    "papa",
+    "eltern",
+    "schwester",
+    "bruder",
+    "sohn",
+    "tochter",
+    "kind",
+    "kinder",
+    "chef",
+    "chefin",
+    "nachbar",
+    "nachbarin",
+    "cousine",
+    "onkel",
+    "tante",
+    "oma",
+    "opa",
+    // French
+    "collègue",
+    "collègues",
+    "ami",
+    "amie",
+    "amis",
+    "copain",
+    "copine",
+    "partenaire",
+    "femme",
+    "mari",
+    "mère",
+    "père",
+    "sœur",
+    "soeur",
+    "frère",
+    "fils",
+    "fille",
+    "enfant",
+    "enfants",
+    "patron",
+    "patronne",
+    "voisin",
+    "voisine",
+    "oncle",
+    // Spanish
+    "colega",
+    "colegas",
+    "compañero",
+    "compañera",
+    "amigo",
+    "amiga",
+    "amigos",
+    "pareja",
+    "esposa",
+    "esposo",
+    "marido",
+    "mujer",
+    "madre",
+    "mamá",
+    "padre",
+    "papá",
+    "padres",
+    "hermana",
+    "hermano",
+    "hijo",
+    "hija",
+    "hijos",
+    "jefe",
+    "jefa",
+    "vecino",
+    "vecina",
+    "novio",
+    "novia",
+    "primo",
+    "prima",
+    "tío",
+    "tía",
+    "abuelo",
+    "abuela",
+];
+
+/// Words that put the user among a clause's subjects or objects ("my husband and I", "she
+/// told me"): such a clause still speaks for the user.
+const FIRST_PERSON: &[&str] = &[
+    "i", "i'm", "i've", "i'd", "i'll", "me", "myself", "we", "we're", "we've", "we'll", "we'd",
+    "us", "ich", "mich", "mir", "wir", "uns", "je", "moi", "nous", "yo", "nosotros", "nosotras",
 ];
 
 /// True for a clause that says what the one spoken to is ("you are an AI assistant", "du bist
@@ -171,6 +538,9 @@ pub enum Rejection {
     Denied(Vec<String>),
     /// Nobody in the conversation said it.
     NotSaid(Vec<String>),
+    /// The user said it of someone else ("my colleague uses Svelte"), and the entry does not
+    /// name that person or relation.
+    AboutSomeoneElse(Vec<String>),
     /// The entry has no words to check.
     Empty,
 }
@@ -184,6 +554,7 @@ impl Rejection {
             Rejection::NotStated(_) => "not_stated",
             Rejection::Denied(_) => "denied",
             Rejection::NotSaid(_) => "not_said",
+            Rejection::AboutSomeoneElse(_) => "about_someone_else",
             Rejection::Empty => "empty",
         }
     }
@@ -207,6 +578,10 @@ impl Rejection {
             Rejection::NotSaid(w) => {
                 format!("nobody in the conversation said it ({})", words(w))
             }
+            Rejection::AboutSomeoneElse(w) => format!(
+                "the user said it of someone else, not of themselves ({})",
+                words(w)
+            ),
             Rejection::Empty => "it has no words to check against the conversation".to_string(),
         }
     }
@@ -233,9 +608,15 @@ struct Clause {
     denied: bool,
     changing: bool,
     ending: bool,
+    /// Tells of a loss of what it names ("Pepper died", "we sold the Volvo").
+    losing: bool,
     /// In a clause telling of a change, the terms of what was left: the words after "from" up
-    /// to "to" ("moved from Leeds to Glasgow", "switched from vim to helix").
+    /// to "to" ("moved from Leeds to Glasgow", "switched from vim to helix"), or after a verb
+    /// of leaving ("I left Northwind last month").
     left: HashSet<String>,
+    /// When the clause's subject is someone else: the terms naming them ("colleagu",
+    /// "priyanka"; for a pronoun, whom the clause before it spoke of).
+    others: Option<HashSet<String>>,
 }
 
 /// A conversation prepared for grounding checks.
@@ -285,9 +666,9 @@ fn all_terms(text: &str) -> HashSet<String> {
 
 /// Lowercase words as written (letters, digits and apostrophes).
 fn plain_words(text: &str) -> Vec<String> {
-    text.split(|c: char| !(c.is_alphanumeric() || c == '\'' || c == '’'))
-        .filter(|w| !w.is_empty())
-        .map(|w| w.to_lowercase().replace('’', "'"))
+    written_words(text)
+        .iter()
+        .map(|w| w.to_lowercase())
         .collect()
 }
 
@@ -298,33 +679,181 @@ fn has_word_or_pair(words: &[String], singles: &[&str], pairs: &[(&str, &str)]) 
             .any(|p| pairs.iter().any(|(a, b)| p[0] == *a && p[1] == *b))
 }
 
-/// In a clause telling of a change, the terms of the words after "from" up to "to" or "into";
-/// empty in any other clause.
+/// In a clause telling of a change, the terms of what it left: the words after a word of
+/// "from" up to a word of "to", in each language whose verb of change the clause has, and the
+/// words after a verb of leaving ([`LEAVING`]); empty in any other clause.
 fn left_behind(words: &[String]) -> HashSet<String> {
-    // "from" alone is no change ("I'm from Porto").
-    if !words
+    // French elides "de" before a vowel: "passé d'Eclipse à IntelliJ".
+    let words: Vec<String> = words
         .iter()
-        .any(|w| w != "from" && CHANGING.contains(&w.as_str()))
-    {
-        return HashSet::new();
-    }
-    let Some(start) = words.iter().position(|w| w == "from") else {
-        return HashSet::new();
-    };
-    let old: Vec<&str> = words[start + 1..]
-        .iter()
-        .take_while(|w| !matches!(w.as_str(), "to" | "into"))
-        .map(String::as_str)
+        .flat_map(|w| match w.strip_prefix("d'") {
+            Some(rest) if !rest.is_empty() => vec!["d'".to_string(), rest.to_string()],
+            _ => vec![w.clone()],
+        })
         .collect();
+    let mut old: Vec<&str> = Vec::new();
+    for change in CHANGES {
+        // "from" alone is no change ("I'm from Porto").
+        if !words
+            .iter()
+            .any(|w| !change.from.contains(&w.as_str()) && change.verbs.contains(&w.as_str()))
+        {
+            continue;
+        }
+        let Some(start) = words.iter().position(|w| change.from.contains(&w.as_str())) else {
+            continue;
+        };
+        old.extend(
+            words[start + 1..]
+                .iter()
+                .take_while(|w| !change.to.contains(&w.as_str()))
+                .map(String::as_str),
+        );
+    }
+    for (at, word) in words.iter().enumerate() {
+        if !LEAVING.contains(&word.as_str())
+            || at
+                .checked_sub(1)
+                .is_some_and(|b| NOT_LEAVING_AFTER.contains(&words[b].as_str()))
+        {
+            continue;
+        }
+        old.extend(
+            words[at + 1..]
+                .iter()
+                .take_while(|w| !LEAVING_STOPS.contains(&w.as_str()))
+                .map(String::as_str),
+        );
+    }
     all_terms(&old.join(" "))
 }
 
-/// True when the words deny or end something ("not", "don't", "no longer", ...).
+/// True when a clause tells of the loss of something it names ([`LOSING`]).
+fn loses(words: &[String]) -> bool {
+    has_phrase(words, LOSING) && !has_phrase(words, NOT_LOSING)
+}
+
+/// True when `phrases` has one that occurs in `words`, word for word.
+fn has_phrase(words: &[String], phrases: &[&[&str]]) -> bool {
+    phrases.iter().any(|phrase| {
+        !phrase.is_empty()
+            && words
+                .windows(phrase.len())
+                .any(|w| w.iter().zip(phrase.iter()).all(|(a, b)| a == b))
+    })
+}
+
+/// True for a word that names the user as a subject or object ("I", "we", "me", "j'ai").
+fn first_person(word: &str) -> bool {
+    FIRST_PERSON.contains(&word) || (word.starts_with("j'") && word.len() > 2)
+}
+
+/// The person a clause is about when its subject is someone else: "my colleague Priyanka ..."
+/// ([`relation_at`]) gives the terms of the relation and the name; a clause opening with a
+/// third-person pronoun ("she swears by ...") gives `antecedent`, whom the clause before it
+/// spoke of, if it spoke of someone ("my colleague ... . She ..."; "for my sister Carla, she
+/// turns 40"). `None` when the user is among its subjects or objects ("my husband and I ...",
+/// "she told me ..."), or when no one in particular is its subject. `words` are lowercase,
+/// `written` the same words as written.
+fn someone_else(
+    words: &[String],
+    written: &[String],
+    antecedent: Option<&HashSet<String>>,
+) -> Option<HashSet<String>> {
+    if words.iter().any(|w| first_person(w)) {
+        return None;
+    }
+    let start = words.iter().position(|w| !LEADING.contains(&w.as_str()))?;
+    let first = words[start].as_str();
+    if THIRD_PERSON.contains(&first) {
+        let impersonal = first == "il"
+            && words
+                .get(start + 1)
+                .is_some_and(|w| IMPERSONAL_AFTER_IL.contains(&w.as_str()));
+        return if impersonal {
+            None
+        } else {
+            antecedent.cloned()
+        };
+    }
+    relation_at(words, written, start)
+}
+
+/// "my colleague Priyanka", "meine Schwester", "mon mari", "mi hija" at `at`: a possessive,
+/// at most one word (an adjective: "my older sister") before a relation ([`RELATIONS`]), and
+/// a name written with a capital after it. The terms of the relation and the name.
+fn relation_at(words: &[String], written: &[String], at: usize) -> Option<HashSet<String>> {
+    if !words
+        .get(at)
+        .is_some_and(|w| POSSESSIVES.contains(&w.as_str()))
+    {
+        return None;
+    }
+    let relation = (at + 1..=at + 2)
+        .take_while(|&i| i < words.len())
+        .find(|&i| RELATIONS.contains(&words[i].as_str()))?;
+    let mut named = vec![written[relation].as_str()];
+    if let Some(name) = written
+        .get(relation + 1)
+        .filter(|w| w.chars().next().is_some_and(char::is_uppercase))
+    {
+        named.push(name);
+    }
+    Some(all_terms(&named.join(" ")))
+}
+
+/// Whom a clause speaks of, for a pronoun in the next one: its subject when that is someone
+/// else, or else the first relation it names anywhere ("a message for my sister Carla").
+fn spoken_of(
+    words: &[String],
+    written: &[String],
+    others: &Option<HashSet<String>>,
+) -> Option<HashSet<String>> {
+    others
+        .clone()
+        .or_else(|| (0..words.len()).find_map(|at| relation_at(words, written, at)))
+}
+
+/// The terms of a value's names: its words written with a capital ("dog named Pepper" ->
+/// `pepper`, "Northwind Logistics" -> both), leaving out a first word capitalised only as the
+/// start of a phrase ("Software engineer at Initech" -> `initech`). All its content terms when
+/// it has no name. These identify what a loss or a leaving names ("Pepper died").
+pub fn name_terms(value: &str) -> Vec<String> {
+    let words: Vec<&str> = value
+        .split(|c: char| !(c.is_alphanumeric() || c == '\'' || c == '’'))
+        .filter(|w| !w.is_empty())
+        .collect();
+    let capital = |w: &str| w.chars().next().is_some_and(char::is_uppercase);
+    let mut names: Vec<&str> = words.iter().copied().filter(|w| capital(w)).collect();
+    let sentence_case = names.len() > 1
+        && words.first().is_some_and(|w| capital(w))
+        && words.get(1).is_some_and(|w| !capital(w));
+    if sentence_case {
+        names.remove(0);
+    }
+    let terms = content_terms(&names.join(" "));
+    if terms.is_empty() {
+        content_terms(value)
+    } else {
+        terms
+    }
+}
+
+/// True when the words deny or end something ("not", "don't", "no longer", "died", ...).
 fn denies(words: &[String]) -> bool {
     words
         .iter()
         .any(|w| w.ends_with("n't") || (w.starts_with("n'") && w.len() > 2))
         || has_word_or_pair(words, DENYING, DENYING_PAIRS)
+        || loses(words)
+}
+
+/// Words as written, in their case (letters, digits and apostrophes; `’` as `'`).
+fn written_words(text: &str) -> Vec<String> {
+    text.split(|c: char| !(c.is_alphanumeric() || c == '\'' || c == '’'))
+        .filter(|w| !w.is_empty())
+        .map(|w| w.replace('’', "'"))
+        .collect()
 }
 
 /// True when `text` says something is over or not so ("no longer uses Docker", "false").
@@ -404,26 +933,41 @@ impl Grounding {
                 continue;
             }
             user_terms.extend(all_terms(text));
+            // Whom a pronoun refers to: whom the clause before it, in the same message, spoke of.
+            let mut antecedent: Option<HashSet<String>> = None;
             for sentence in sentences(text) {
                 let sentence_index = sentences_out.len();
                 let question = sentence.ends_with('?') || sentence.ends_with('？');
                 let parts = clauses(&sentence);
                 let last = parts.len().saturating_sub(1);
                 for (i, clause) in parts.iter().enumerate() {
+                    let written = written_words(clause);
                     let words = plain_words(clause);
                     let asked = question
                         && (i == last
                             || words.first().is_some_and(|w| ASKING.contains(&w.as_str())));
                     let supposed = has_word_or_pair(&words, SUPPOSING, SUPPOSING_PAIRS)
                         || describes_the_listener(&words);
+                    let losing = loses(&words);
+                    let terms = all_terms(clause);
+                    let others = someone_else(&words, &written, antecedent.as_ref());
+                    antecedent = spoken_of(&words, &written, &others);
                     clauses_out.push(Clause {
                         sentence: sentence_index,
-                        terms: all_terms(clause),
+                        terms,
                         asked_or_supposed: asked || supposed,
                         denied: denies(&words),
-                        changing: has_word_or_pair(&words, CHANGING, &[]),
-                        ending: has_word_or_pair(&words, ENDING, ENDING_PAIRS),
+                        changing: losing
+                            || has_word_or_pair(&words, CHANGING, &[])
+                            || has_word_or_pair(&words, LEAVING, &[])
+                            || CHANGES
+                                .iter()
+                                .any(|c| has_word_or_pair(&words, c.verbs, &[])),
+                        ending: has_word_or_pair(&words, ENDING, ENDING_PAIRS)
+                            || ends_in_two_parts(&words),
+                        losing,
                         left: left_behind(&words),
+                        others,
                     });
                 }
                 sentences_out.push((index, sentence));
@@ -438,18 +982,37 @@ impl Grounding {
         }
     }
 
+    /// Whether `clause` can speak for an entry with the terms `about` (its key and value):
+    /// the clause is about the user, or the entry names the person or relation it is about
+    /// ("daughter_allergy: peanuts" from "my daughter Ines is allergic to peanuts"). Naming
+    /// another relation is not enough: "role: product manager" is not about "my colleague".
+    fn speaks_for(&self, clause: &Clause, about: &HashSet<String>) -> bool {
+        clause
+            .others
+            .as_ref()
+            .is_none_or(|others| !others.is_disjoint(about))
+    }
+
     /// Whether the user's words support `entry`, and which sentence does best.
     pub fn profile_entry(&self, entry: &ProfileEntry) -> Result<Support, Rejection> {
         let mut terms = content_terms(&entry.value);
         if terms.is_empty() {
             terms = content_terms(&entry.key.replace('_', " "));
         }
-        self.statement(&terms, denies(&plain_words(&entry.value)))
+        let mut about: HashSet<String> = terms.iter().cloned().collect();
+        about.extend(content_terms(&entry.key.replace('_', " ")));
+        self.statement(&terms, denies(&plain_words(&entry.value)), &about)
     }
 
     /// Whether the user stated something with all of `terms`; `negative` when what is checked
-    /// itself denies or ends something (then denying clauses support it).
-    pub fn statement(&self, terms: &[String], negative: bool) -> Result<Support, Rejection> {
+    /// itself denies or ends something (then denying clauses support it). A clause about
+    /// someone else counts only when `about` (the entry's key and value terms) names them.
+    pub fn statement(
+        &self,
+        terms: &[String],
+        negative: bool,
+        about: &HashSet<String>,
+    ) -> Result<Support, Rejection> {
         if terms.is_empty() {
             return Err(Rejection::Empty);
         }
@@ -470,9 +1033,11 @@ impl Grounding {
                 Rejection::NotSaid(unsaid)
             });
         }
-        let stating = |c: &Clause| !c.asked_or_supposed && (negative || !c.denied);
+        let said = |c: &Clause| !c.asked_or_supposed && (negative || !c.denied);
+        let stating = |c: &Clause| said(c) && self.speaks_for(c, about);
         let mut not_stated = Vec::new();
         let mut denied = Vec::new();
+        let mut of_others = Vec::new();
         for term in terms {
             let holding: Vec<&Clause> = self
                 .clauses
@@ -482,7 +1047,9 @@ impl Grounding {
             if holding.iter().any(|c| stating(c)) {
                 continue;
             }
-            if holding.iter().any(|c| !c.asked_or_supposed) {
+            if holding.iter().any(|c| said(c)) {
+                of_others.push(term.clone());
+            } else if holding.iter().any(|c| !c.asked_or_supposed) {
                 denied.push(term.clone());
             } else {
                 not_stated.push(term.clone());
@@ -490,6 +1057,9 @@ impl Grounding {
         }
         if !denied.is_empty() {
             return Err(Rejection::Denied(denied));
+        }
+        if !of_others.is_empty() {
+            return Err(Rejection::AboutSomeoneElse(of_others));
         }
         if !not_stated.is_empty() {
             return Err(Rejection::NotStated(not_stated));
@@ -525,12 +1095,15 @@ impl Grounding {
     /// True when one clause of the user's states all of `terms` as still so: not asked, supposed
     /// or denied, and not telling of a change ("switched from ..."). A conversation that does
     /// this for a known value has not replaced it.
-    pub fn restates(&self, terms: &[String]) -> bool {
+    /// `about` is the entry's key and value terms: a clause about someone else restates only
+    /// what names them.
+    pub fn restates(&self, terms: &[String], about: &HashSet<String>) -> bool {
         !terms.is_empty()
             && self.clauses.iter().any(|c| {
                 !c.asked_or_supposed
                     && !c.denied
                     && !c.changing
+                    && self.speaks_for(c, about)
                     && terms.iter().all(|t| c.terms.contains(t))
             })
     }
@@ -542,12 +1115,16 @@ impl Grounding {
         if terms.is_empty() {
             return Err(Rejection::Empty);
         }
-        let support = self.statement(terms, true)?;
+        let about: HashSet<String> = terms.iter().cloned().collect();
+        let support = self.statement(terms, true, &about)?;
         let revoking: Vec<String> = terms
             .iter()
             .filter(|t| {
                 !self.clauses.iter().any(|c| {
-                    !c.asked_or_supposed && (c.denied || c.changing) && c.terms.contains(*t)
+                    !c.asked_or_supposed
+                        && (c.denied || c.changing)
+                        && self.speaks_for(c, &about)
+                        && c.terms.contains(*t)
                 })
             })
             .cloned()
@@ -559,19 +1136,38 @@ impl Grounding {
         }
     }
 
-    /// The user's sentence that says something with all of `terms` is over, when one clause of
-    /// the user's holds every term and a word of ending ("any more", "dropped", "no longer"),
-    /// or tells of a change away from them ("moved from Leeds to Glasgow"), and is not asked or
-    /// supposed. Stricter than [`Grounding::revokes`], which the model's own
-    /// "ended" entries pass: this one decides without the model.
-    pub fn ends(&self, terms: &[String]) -> Option<Support> {
-        if terms.is_empty() {
+    /// The user's sentence that says the profile entry `key: value` is over, decided without
+    /// the model, from one clause of the user's that is not asked or supposed and is about
+    /// the user (or names whom it is about), and that:
+    /// - holds every term of the value and a word of ending ("not vegan any more", "dropped
+    ///   FastAPI", "ich esse kein Fleisch mehr"), or
+    /// - tells of a loss and holds the value's names ([`name_terms`]: "Pepper died" ends
+    ///   `pet: dog named Pepper`), or
+    /// - tells of a change away from the value's names ("moved from Leeds to Glasgow", "von
+    ///   Köln nach Leipzig umgezogen", "I left Northwind last month").
+    ///
+    /// A value without words of its own (`true`, `yes`) is looked for by its key. Stricter than
+    /// [`Grounding::revokes`], which the model's own "ended" entries pass.
+    pub fn ends(&self, key: &str, value: &str) -> Option<Support> {
+        let key_terms = content_terms(&key.replace('_', " "));
+        let mut terms = content_terms(value);
+        let mut names = name_terms(value);
+        if terms.is_empty() || matches!(value.trim().to_lowercase().as_str(), "true" | "yes") {
+            terms = key_terms.clone();
+            names = key_terms.clone();
+        }
+        if terms.is_empty() || names.is_empty() {
             return None;
         }
+        let about: HashSet<String> = terms.iter().chain(&key_terms).cloned().collect();
+        let all_in =
+            |set: &HashSet<String>, wanted: &[String]| wanted.iter().all(|t| set.contains(t));
         let clause = self.clauses.iter().rev().find(|c| {
             !c.asked_or_supposed
-                && ((c.ending && terms.iter().all(|t| c.terms.contains(t)))
-                    || terms.iter().all(|t| c.left.contains(t)))
+                && self.speaks_for(c, &about)
+                && ((c.ending && all_in(&c.terms, &terms))
+                    || (c.losing && all_in(&c.terms, &names))
+                    || all_in(&c.left, &names))
         })?;
         let (message, quote) = &self.sentences[clause.sentence];
         Some(Support {
@@ -814,7 +1410,7 @@ mod tests {
              packaging. Did you ever quit Java? I moved from Leeds.",
         )];
         let g = Grounding::new(&talk, "");
-        let ends = |text: &str| g.ends(&content_terms(text)).map(|s| s.quote);
+        let ends = |text: &str| g.ends("k", text).map(|s| s.quote);
         assert_eq!(ends("vegan").as_deref(), Some("I'm not vegan any more."));
         assert!(ends("FastAPI").is_some());
         assert!(ends("Python").is_none(), "a plain denial ends nothing");
@@ -827,11 +1423,11 @@ mod tests {
             "",
         );
         assert!(
-            moved.ends(&content_terms("Glasgow")).is_none(),
+            moved.ends("location", "Glasgow").is_none(),
             "where they went"
         );
         assert!(
-            moved.ends(&content_terms("Porto")).is_none(),
+            moved.ends("origin", "Porto").is_none(),
             "'from' without a change"
         );
         assert!(
@@ -846,9 +1442,13 @@ mod tests {
             "I switched from vim to helix. I still write Python and Go.",
         )];
         let g = Grounding::new(&talk, "");
-        assert!(!g.restates(&content_terms("vim")));
-        assert!(g.restates(&content_terms("Python")));
-        assert!(!g.restates(&content_terms("Rust")));
+        let restates = |value: &str| {
+            let terms = content_terms(value);
+            g.restates(&terms, &terms.iter().cloned().collect())
+        };
+        assert!(!restates("vim"));
+        assert!(restates("Python"));
+        assert!(!restates("Rust"));
     }
 
     #[test]
@@ -875,6 +1475,234 @@ mod tests {
             "not_said"
         );
         assert!(g.episode("Split the app into 12 routers", 0.6).is_err());
+    }
+
+    fn ends_in(text: &str, key: &str, value: &str) -> bool {
+        Grounding::new(&[Message::user(text)], "")
+            .ends(key, value)
+            .is_some()
+    }
+
+    #[test]
+    fn a_loss_ends_what_it_names_in_each_language() {
+        let pepper =
+            "Sad news, Pepper died last week. We adopted a rabbit called Biscuit yesterday though.";
+        assert!(ends_in(pepper, "pet", "dog named Pepper"), "by its name");
+        assert!(!ends_in(pepper, "pet", "rabbit called Biscuit"));
+        assert!(ends_in(
+            "Our old cat Tom passed away in May.",
+            "pet",
+            "cat named Tom"
+        ));
+        assert!(ends_in("We sold the Volvo last month.", "car", "Volvo"));
+        assert!(ends_in(
+            "Unser Hund Bello ist letzte Woche gestorben.",
+            "haustier",
+            "Hund Bello"
+        ));
+        assert!(ends_in(
+            "Ich habe bei Siemens gekündigt.",
+            "arbeitgeber",
+            "Siemens"
+        ));
+        assert!(ends_in(
+            "Notre chat Minou est mort hier.",
+            "animal",
+            "chat Minou"
+        ));
+        assert!(ends_in(
+            "Nuestro perro Toby murió el mes pasado.",
+            "mascota",
+            "perro Toby"
+        ));
+        assert!(ends_in("Vendimos el Seat en enero.", "coche", "Seat"));
+        // What a loss does not name, a question or a supposition, and someone else's loss.
+        assert!(!ends_in(
+            "My grandfather died last year.",
+            "pet",
+            "dog named Pepper"
+        ));
+        assert!(!ends_in(
+            "My grandfather died last year.",
+            "location",
+            "Leeds"
+        ));
+        assert!(!ends_in("Mein Opa ist gestorben.", "wohnort", "Köln"));
+        assert!(!ends_in("If Pepper died, I'd be lost.", "pet", "Pepper"));
+        assert!(!ends_in("My sister sold her Volvo.", "car", "Volvo"));
+        assert!(
+            !ends_in("I'm sold on Svelte.", "tools", "Svelte"),
+            "convinced"
+        );
+        assert!(!ends_in("I put Rust on my CV.", "language", "Rust"));
+    }
+
+    #[test]
+    fn a_change_or_a_leaving_ends_what_was_left_in_each_language() {
+        let left = "Quick update: I left Northwind Logistics last month.";
+        assert!(ends_in(left, "employer", "Northwind Logistics"));
+        assert!(ends_in(left, "role", "Software engineer at Northwind"));
+        assert!(!ends_in(left, "role", "backend developer"));
+        assert!(!ends_in("I left the keys at home.", "place", "home"));
+        assert!(!ends_in("I have two cats left.", "pets", "two cats"));
+        assert!(!ends_in(
+            "Nothing left of Rust in our stack.",
+            "language",
+            "Rust"
+        ));
+        assert!(!ends_in("I left Berlin for Munich.", "location", "Munich"));
+        assert!(ends_in("I left Berlin for Munich.", "location", "Berlin"));
+        let umzug = "Wir sind letzte Woche von Köln nach Leipzig umgezogen.";
+        assert!(ends_in(umzug, "wohnort", "Köln"));
+        assert!(!ends_in(umzug, "wohnort", "Leipzig"), "where they went");
+        assert!(
+            !ends_in("Ich komme aus Köln.", "heimat", "Köln"),
+            "no change"
+        );
+        assert!(ends_in(
+            "Ich bin von Eclipse auf IntelliJ umgestiegen.",
+            "ide",
+            "Eclipse"
+        ));
+        let demenage = "Nous avons déménagé de Paris à Lyon.";
+        assert!(ends_in(demenage, "ville", "Paris"));
+        assert!(!ends_in(demenage, "ville", "Lyon"));
+        assert!(ends_in(
+            "Je suis passé d'Eclipse à IntelliJ.",
+            "ide",
+            "Eclipse"
+        ));
+        assert!(!ends_in("Je parle de Paris à mes amis.", "ville", "Paris"));
+        assert!(ends_in(
+            "J'ai quitté Renault en mars.",
+            "employeur",
+            "Renault"
+        ));
+        let mudanza = "Nos mudamos de Madrid a Sevilla.";
+        assert!(ends_in(mudanza, "ciudad", "Madrid"));
+        assert!(!ends_in(mudanza, "ciudad", "Sevilla"));
+        assert!(!ends_in("Soy de Madrid.", "origen", "Madrid"));
+        // Endings in two parts.
+        assert!(ends_in(
+            "Ich bin keine Vegetarierin mehr.",
+            "ernährung",
+            "Vegetarierin"
+        ));
+        assert!(ends_in("Je ne mange plus de viande.", "regime", "viande"));
+        assert!(
+            !ends_in("Je mange plus de viande.", "regime", "viande"),
+            "more, not no more"
+        );
+        assert!(ends_in("Dejé de usar Java.", "lenguaje", "Java"));
+    }
+
+    #[test]
+    fn a_clause_about_someone_else_supports_nothing_about_the_user() {
+        let talk = [Message::user(
+            "My colleague Priyanka is a frontend developer and she swears by Svelte. \
+             Should our team try it?",
+        )];
+        assert_eq!(
+            check(&talk, "tools", "Svelte"),
+            Err(Rejection::AboutSomeoneElse(vec!["svelt".into()]))
+        );
+        assert_eq!(
+            check(&talk, "role", "frontend developer")
+                .unwrap_err()
+                .code(),
+            "about_someone_else"
+        );
+        // An entry that names the person or the relation is about them, and allowed.
+        assert!(check(&talk, "colleague_tools", "Svelte").is_ok());
+        assert!(check(&talk, "colleague", "Priyanka, frontend developer").is_ok());
+        let ines = [Message::user(
+            "Please remember: my daughter Ines is allergic to peanuts.",
+        )];
+        assert!(check(&ines, "daughter_allergy", "peanuts").is_ok());
+        assert!(check(&ines, "family", "daughter Ines is allergic to peanuts").is_ok());
+        assert!(check(&ines, "children", "Ines").is_ok());
+        assert_eq!(
+            check(&ines, "allergy", "peanuts").unwrap_err().code(),
+            "about_someone_else"
+        );
+        // The user among the subjects, a pronoun for something the user has, other languages.
+        let both = [Message::user(
+            "My husband Tomas and I are expecting twins in March.",
+        )];
+        assert!(check(&both, "family", "expecting twins").is_ok());
+        let cat = [Message::user("I have a cat. Her name is Miso.")];
+        assert!(check(&cat, "pet", "cat named Miso").is_ok());
+        assert!(
+            check(&cat, "pet", "Miso").is_ok(),
+            "no one was named before 'her'"
+        );
+        let carla = [Message::user(
+            "Write a birthday message for my sister Carla, she turns 40 on Saturday.",
+        )];
+        assert!(check(&carla, "sister", "Carla").is_ok());
+        assert!(check(&carla, "sister_birthday", "turns 40 on Saturday").is_ok());
+        assert_eq!(
+            check(&carla, "age", "40").unwrap_err().code(),
+            "about_someone_else"
+        );
+        let manager = [Message::user("My colleague Anna is a product manager.")];
+        assert_eq!(
+            check(&manager, "role", "product manager")
+                .unwrap_err()
+                .code(),
+            "about_someone_else",
+            "naming another relation is not naming her"
+        );
+        let german = [Message::user(
+            "Ich nutze Helix. Meine Kollegin nutzt Vim, sie schwört auf Emacs.",
+        )];
+        assert!(check(&german, "editor", "Helix").is_ok());
+        assert_eq!(
+            check(&german, "editor", "Vim").unwrap_err().code(),
+            "about_someone_else"
+        );
+        assert_eq!(
+            check(&german, "editor", "Emacs").unwrap_err().code(),
+            "about_someone_else"
+        );
+        let french = [Message::user(
+            "Mon mari est végétarien. Il y a du Python partout au bureau.",
+        )];
+        assert_eq!(
+            check(&french, "regime", "végétarien").unwrap_err().code(),
+            "about_someone_else"
+        );
+        assert!(
+            check(&french, "langage", "Python").is_ok(),
+            "impersonal 'il y a'"
+        );
+        let spanish = [Message::user("Mi hermana vive en Sevilla.")];
+        assert_eq!(
+            check(&spanish, "ciudad", "Sevilla").unwrap_err().code(),
+            "about_someone_else"
+        );
+        assert!(check(&spanish, "hermana", "vive en Sevilla").is_ok());
+        // Someone else's ending ends nothing of the user's.
+        assert!(!ends_in(
+            "My sister quit Java.",
+            "programming_language",
+            "Java"
+        ));
+        let g = Grounding::new(&[Message::user("My sister dropped Java.")], "");
+        assert!(g.revokes(&content_terms("Java")).is_err());
+    }
+
+    #[test]
+    fn names_are_the_capitalised_words_of_a_value() {
+        assert_eq!(name_terms("dog named Pepper"), vec!["pepper"]);
+        assert_eq!(name_terms("Dog named Pepper"), vec!["pepper"]);
+        assert_eq!(
+            name_terms("Northwind Logistics"),
+            vec!["northwind", "logist"]
+        );
+        assert_eq!(name_terms("Software engineer at Initech"), vec!["initech"]);
+        assert_eq!(name_terms("Vegetarian"), vec!["vegetarian"]);
+        assert_eq!(name_terms("backend developer"), vec!["backend", "develop"]);
     }
 
     proptest::proptest! {

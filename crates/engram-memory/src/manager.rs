@@ -151,7 +151,7 @@ pub struct RejectedEntry {
     /// The entry as the model wrote it.
     pub text: String,
     /// A stable code: `assistant_only`, `prompt_example`, `not_stated`, `denied`, `not_said`,
-    /// `empty`.
+    /// `about_someone_else`, `empty`.
     pub code: String,
     /// One line saying why.
     pub reason: String,

@@ -346,12 +346,7 @@ async fn replace(
 /// in one clause, and the old value is not stated again (both stated is an addition, or talk of
 /// someone else).
 fn supports_change(grounding: &Grounding, grounded: &GroundedEntry, old: &Memory) -> bool {
-    let old_value = old
-        .text
-        .split_once(": ")
-        .map(|(_, v)| v)
-        .unwrap_or(&old.text);
-    grounded.support.in_one_clause && !grounding.restates(&content_terms(old_value))
+    grounded.support.in_one_clause && !restated(grounding, old)
 }
 
 /// The key rule for one entry, with support: same text changes nothing; a known value of the
@@ -400,14 +395,18 @@ pub async fn apply_key_rule(
     Ok(())
 }
 
-/// True when the conversation states `old`'s value again.
+/// True when the conversation states `old`'s value again (of the user, or of whom `old`
+/// names).
 fn restated(grounding: &Grounding, old: &Memory) -> bool {
     let value = old
         .text
         .split_once(": ")
         .map(|(_, v)| v)
         .unwrap_or(&old.text);
-    grounding.restates(&content_terms(value))
+    let about: HashSet<String> = content_terms(&old.text.replace('_', " "))
+        .into_iter()
+        .collect();
+    grounding.restates(&content_terms(value), &about)
 }
 
 /// Closes the current entries a revocation names: an `ended` entry the user's words support
@@ -430,7 +429,12 @@ pub async fn close_ended(
         if terms.is_empty() {
             terms = content_terms(&end.key.replace('_', " "));
         }
-        let because = match grounding.revokes(&terms) {
+        // The user's words end it outright ("Pepper died"), or revoke all its words.
+        let support = match grounding.ends(&end.key, &end.value) {
+            Some(support) => Ok(support),
+            None => grounding.revokes(&terms),
+        };
+        let because = match support {
             Ok(support) => support.quote,
             Err(rejection) => match replacing.iter().find(|g| g.entry.key == end.key) {
                 Some(g) => g.support.quote.clone(),
@@ -466,9 +470,9 @@ pub async fn close_ended(
 }
 
 /// The current profile entries the user's own words end ([`Grounding::ends`]: "I'm not vegan any
-/// more", "we dropped FastAPI"), whether or not the model listed them as ended: a small model
-/// often leaves a revocation out, and the old value must not stay current because of that.
-/// An entry's value words are checked (its key's, for a value like `true`).
+/// more", "we dropped FastAPI", "Pepper died", "we moved from Leeds"), whether or not the model
+/// listed them as ended: a small model often leaves a revocation out, and the old value must
+/// not stay current because of that.
 pub async fn ended_in_words(
     store: &dyn MemoryStore,
     grounding: &Grounding,
@@ -479,11 +483,7 @@ pub async fn ended_in_words(
         let Some((key, value)) = memory.text.split_once(": ") else {
             continue;
         };
-        let mut terms = content_terms(value);
-        if terms.is_empty() || matches!(value.trim().to_lowercase().as_str(), "true" | "yes") {
-            terms = content_terms(&key.replace('_', " "));
-        }
-        if grounding.ends(&terms).is_some() {
+        if grounding.ends(key, value).is_some() {
             ended.push(ProfileEntry {
                 key: key.to_string(),
                 value: value.to_string(),

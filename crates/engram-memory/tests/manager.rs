@@ -636,7 +636,8 @@ async fn a_change_needs_support_a_revocation_closes_and_a_contradiction_waits_as
                              "preferences": [],
                              "ended": [{"key": "vegetarian", "value": "true"},
                                        {"key": "web_framework", "value": "FastAPI"}]})),
-            // A contradiction pieced together from two clauses about someone else.
+            // A contradiction pieced together from two clauses (what is said of someone else
+            // is refused outright: see the test of losses and attribution below).
             json_turn(json!({"episodes": []})),
             profile_answer(
                 json!([{"key": "role", "value": "frontend developer"}]),
@@ -677,7 +678,7 @@ async fn a_change_needs_support_a_revocation_closes_and_a_contradiction_waits_as
     );
     let report = manager
         .extract_and_merge(
-            &said("My colleague works on the frontend. Our team has one developer per area."),
+            &said("I helped out on the frontend this week. Our team has one developer per area."),
             "s3",
             day_one(),
         )
@@ -819,6 +820,122 @@ async fn what_the_user_ends_closes_even_when_the_model_forgets_to_say_so() {
             "{because}"
         );
     }
+}
+
+#[tokio::test]
+async fn a_loss_or_a_move_in_other_words_closes_and_what_others_do_is_not_learned() {
+    let world = World::new();
+    let (_server, model) = scripted(
+        Provider::OpenAi,
+        vec![
+            json_turn(json!({"episodes": []})),
+            profile_answer(
+                json!([{"key": "pet", "value": "dog named Pepper"},
+                       {"key": "wohnort", "value": "Köln"},
+                       {"key": "role", "value": "backend developer"}]),
+                json!([]),
+            ),
+            // A small model's answers: nothing ended, and what a colleague uses as the user's.
+            json_turn(json!({"episodes": []})),
+            profile_answer(json!([]), json!([])),
+            json_turn(json!({"episodes": []})),
+            profile_answer(json!([]), json!([])),
+            json_turn(json!({"episodes": []})),
+            profile_answer(
+                json!([{"key": "tools", "value": "Svelte"},
+                       {"key": "role", "value": "frontend developer"},
+                       {"key": "colleague", "value": "Priyanka"}]),
+                json!([]),
+            ),
+        ],
+    )
+    .await;
+    let config = ManagerConfig {
+        model_merge: false,
+        ..ManagerConfig::default()
+    };
+    let manager = world.manager(Some(model), config);
+    let report = manager
+        .extract_and_merge(
+            &said("We have a dog named Pepper. Ich wohne in Köln. I'm a backend developer."),
+            "s1",
+            day_one(),
+        )
+        .await
+        .unwrap();
+    assert_eq!(report.facts_added, 3, "{report:?}");
+    let report = manager
+        .extract_and_merge(
+            &said("Sad news, Pepper died last week. My grandfather died in May too."),
+            "s2",
+            day_one(),
+        )
+        .await
+        .unwrap();
+    assert_eq!(report.facts_deleted, 1, "{report:?}");
+    let report = manager
+        .extract_and_merge(
+            &said("Wir sind letzte Woche von Köln nach Leipzig umgezogen."),
+            "s3",
+            day_one(),
+        )
+        .await
+        .unwrap();
+    assert_eq!(report.facts_deleted, 1, "{report:?}");
+    let report = manager
+        .extract_and_merge(
+            &said(
+                "My colleague Priyanka is a frontend developer and she swears by Svelte. \
+                 Should our team try it?",
+            ),
+            "s4",
+            day_one(),
+        )
+        .await
+        .unwrap();
+    let codes: Vec<(&str, &str)> = report
+        .rejected
+        .iter()
+        .map(|r| (r.text.as_str(), r.code.as_str()))
+        .collect();
+    assert_eq!(
+        codes,
+        vec![
+            ("tools: Svelte", "about_someone_else"),
+            ("role: frontend developer", "about_someone_else"),
+        ]
+    );
+    let log = std::fs::read_to_string(report.rejected_log.unwrap()).unwrap();
+    assert!(log.contains("the user said it of someone else"), "{log}");
+    let mut profile: Vec<String> = world
+        .current(&[Kind::Fact])
+        .await
+        .into_iter()
+        .map(|m| m.text)
+        .collect();
+    profile.sort();
+    assert_eq!(
+        profile,
+        vec!["colleague: Priyanka", "role: backend developer"]
+    );
+    let closed: Vec<Memory> = world
+        .everything(&[Kind::Fact])
+        .await
+        .into_iter()
+        .filter(|m| m.valid_to.is_some())
+        .collect();
+    let mut because: Vec<&str> = closed
+        .iter()
+        .map(|m| m.metadata["closed_because"].as_str().unwrap())
+        .collect();
+    because.sort();
+    assert_eq!(
+        because,
+        vec![
+            "Sad news, Pepper died last week.",
+            "Wir sind letzte Woche von Köln nach Leipzig umgezogen."
+        ]
+    );
 }
 
 #[tokio::test]
