@@ -1033,8 +1033,12 @@ impl Grounding {
                 Rejection::NotSaid(unsaid)
             });
         }
-        let said = |c: &Clause| !c.asked_or_supposed && (negative || !c.denied);
-        let stating = |c: &Clause| said(c) && self.speaks_for(c, about);
+        // A clause states a term when it is not asked, supposed or denied, and the term is not
+        // what the clause tells was left ("Köln" in "von Köln nach Leipzig umgezogen").
+        let said = |c: &Clause, t: &String| {
+            !c.asked_or_supposed && (negative || (!c.denied && !c.left.contains(t)))
+        };
+        let stating = |c: &Clause, t: &String| said(c, t) && self.speaks_for(c, about);
         let mut not_stated = Vec::new();
         let mut denied = Vec::new();
         let mut of_others = Vec::new();
@@ -1044,10 +1048,10 @@ impl Grounding {
                 .iter()
                 .filter(|c| c.terms.contains(term))
                 .collect();
-            if holding.iter().any(|c| stating(c)) {
+            if holding.iter().any(|c| stating(c, term)) {
                 continue;
             }
-            if holding.iter().any(|c| said(c)) {
+            if holding.iter().any(|c| said(c, term)) {
                 of_others.push(term.clone());
             } else if holding.iter().any(|c| !c.asked_or_supposed) {
                 denied.push(term.clone());
@@ -1072,7 +1076,7 @@ impl Grounding {
                 .filter(|t| {
                     self.clauses
                         .iter()
-                        .any(|c| c.sentence == index && stating(c) && c.terms.contains(*t))
+                        .any(|c| c.sentence == index && stating(c, t) && c.terms.contains(*t))
                 })
                 .count();
             if covered > 0 && best.is_none_or(|(_, n)| covered >= n) {
@@ -1084,7 +1088,7 @@ impl Grounding {
         let in_one_clause = self
             .clauses
             .iter()
-            .any(|c| stating(c) && terms.iter().all(|t| c.terms.contains(t)));
+            .any(|c| terms.iter().all(|t| stating(c, t) && c.terms.contains(t)));
         Ok(Support {
             message: *message,
             quote: crate::extract::cut(quote, 300),
@@ -1554,6 +1558,26 @@ mod tests {
         assert!(ends_in("I left Berlin for Munich.", "location", "Berlin"));
         let umzug = "Wir sind letzte Woche von Köln nach Leipzig umgezogen.";
         assert!(ends_in(umzug, "wohnort", "Köln"));
+        // What a change left is not stated as current; where it went is.
+        let talk = [Message::user(umzug)];
+        assert!(check(&talk, "wohnort", "Leipzig").is_ok());
+        assert_eq!(
+            check(&talk, "umzug", "Köln nach Leipzig")
+                .unwrap_err()
+                .code(),
+            "denied"
+        );
+        assert_eq!(
+            check(&talk, "wohnort", "Köln").unwrap_err().code(),
+            "denied"
+        );
+        let left = [Message::user(left)];
+        assert_eq!(
+            check(&left, "employer", "Northwind Logistics")
+                .unwrap_err()
+                .code(),
+            "denied"
+        );
         assert!(!ends_in(umzug, "wohnort", "Leipzig"), "where they went");
         assert!(
             !ends_in("Ich komme aus Köln.", "heimat", "Köln"),
