@@ -15,11 +15,11 @@ use std::sync::Arc;
 use async_trait::async_trait;
 use candle_core::Tensor;
 use engram_core::{EmbedError, RerankError, Reranker};
-use tokenizers::{Encoding, Tokenizer, TruncationParams};
+use tokenizers::{Encoding, Tokenizer};
 
 use super::bert::{BertModel, Weights, encoder_prefix, read_tensors};
 use super::folder::ModelFolder;
-use super::{batches, check_vocabulary, read_bytes};
+use super::{batches, load_tokenizer, read_bytes};
 use crate::text::cut_long_text;
 
 /// Texts longer than this many bytes per window token are cut before tokenizing (as the
@@ -115,26 +115,7 @@ impl CrossEncoder {
                 .unwrap_or(0.0),
         );
 
-        let tokenizer_path = folder.transformer_file("tokenizer.json");
-        let tokenizer_bytes = read_bytes(&tokenizer_path)?;
-        let mut tokenizer =
-            Tokenizer::from_bytes(&tokenizer_bytes).map_err(|e| EmbedError::BadFile {
-                path: tokenizer_path.clone(),
-                detail: format!("not a valid tokenizer: {e}"),
-            })?;
-        // A pair longer than the window loses tokens from its longer side (the memory, as a
-        // rule), as transformers' default truncation does.
-        tokenizer
-            .with_truncation(Some(TruncationParams {
-                max_length: folder.max_seq_length,
-                ..TruncationParams::default()
-            }))
-            .map_err(|e| EmbedError::BadFile {
-                path: tokenizer_path.clone(),
-                detail: format!("cannot truncate to {} tokens: {e}", folder.max_seq_length),
-            })?;
-        tokenizer.with_padding(None);
-        check_vocabulary(tokenizer.get_vocab_size(true), bert.vocab_rows())?;
+        let (tokenizer, _) = load_tokenizer(&folder, bert.vocab_rows())?;
 
         let name = folder
             .dir

@@ -69,26 +69,7 @@ impl LocalEmbedder {
         let weights = read_bytes(&weights_path)?;
         let bert = BertModel::load(&weights, &weights_path, &folder.bert)?;
 
-        let tokenizer_path = folder.transformer_file("tokenizer.json");
-        let tokenizer_bytes = read_bytes(&tokenizer_path)?;
-        let mut tokenizer =
-            Tokenizer::from_bytes(&tokenizer_bytes).map_err(|e| EmbedError::BadFile {
-                path: tokenizer_path.clone(),
-                detail: format!("not a valid tokenizer: {e}"),
-            })?;
-        // The window comes from the sentence-transformers config, not tokenizer.json (which
-        // often carries a fixed padding and a different limit from training).
-        tokenizer
-            .with_truncation(Some(TruncationParams {
-                max_length: folder.max_seq_length,
-                ..TruncationParams::default()
-            }))
-            .map_err(|e| EmbedError::BadFile {
-                path: tokenizer_path.clone(),
-                detail: format!("cannot truncate to {} tokens: {e}", folder.max_seq_length),
-            })?;
-        tokenizer.with_padding(None);
-        check_vocabulary(tokenizer.get_vocab_size(true), bert.vocab_rows())?;
+        let (tokenizer, tokenizer_bytes) = load_tokenizer(&folder, bert.vocab_rows())?;
 
         let config_bytes = read_bytes(&folder.transformer_file("config.json"))?;
         let model_id = model_id(&folder, &[&config_bytes, &tokenizer_bytes, &weights]);
@@ -149,6 +130,36 @@ impl Embedder for LocalEmbedder {
             .await
             .map_err(|e| EmbedError::Inference(format!("the embedding task stopped: {e}")))?
     }
+}
+
+/// The folder's tokenizer, without padding, truncating to the folder's window, checked against
+/// a model with `vocab_rows` token embeddings. The window comes from the sentence-transformers
+/// config, not tokenizer.json (which often carries a fixed padding and a different limit from
+/// training); a pair longer than the window loses tokens from its longer side, as transformers'
+/// default truncation does. Also returns the file's bytes (a model's id hashes them).
+fn load_tokenizer(
+    folder: &ModelFolder,
+    vocab_rows: usize,
+) -> Result<(Tokenizer, Vec<u8>), EmbedError> {
+    let tokenizer_path = folder.transformer_file("tokenizer.json");
+    let tokenizer_bytes = read_bytes(&tokenizer_path)?;
+    let mut tokenizer =
+        Tokenizer::from_bytes(&tokenizer_bytes).map_err(|e| EmbedError::BadFile {
+            path: tokenizer_path.clone(),
+            detail: format!("not a valid tokenizer: {e}"),
+        })?;
+    tokenizer
+        .with_truncation(Some(TruncationParams {
+            max_length: folder.max_seq_length,
+            ..TruncationParams::default()
+        }))
+        .map_err(|e| EmbedError::BadFile {
+            path: tokenizer_path.clone(),
+            detail: format!("cannot truncate to {} tokens: {e}", folder.max_seq_length),
+        })?;
+    tokenizer.with_padding(None);
+    check_vocabulary(tokenizer.get_vocab_size(true), vocab_rows)?;
+    Ok((tokenizer, tokenizer_bytes))
 }
 
 fn read_bytes(path: &Path) -> Result<Vec<u8>, EmbedError> {
