@@ -4,20 +4,20 @@
 use std::fs::File;
 use std::path::PathBuf;
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use anyhow::{Context as _, Result, anyhow};
 use clap::Args;
 use engram_backend::{DATABASE_FILE, StoreConfig};
 use engram_core::store::transfer::copy;
 use engram_core::{Filter, MemoryStore};
+use engram_memory::Searcher;
 use engram_memory::indexing::embed_pending;
-use engram_memory::{SearchRequest, Searcher};
 use indicatif::ProgressBar;
 use serde::Serialize;
 
 use super::server::load_average;
-use super::store::{SplitMix, Vocabulary, percentile, write_dataset};
+use super::store::{SplitMix, Vocabulary, percentile, time_searches, write_dataset};
 use crate::context::Context;
 use crate::exit::Status;
 use crate::import::import_reader;
@@ -142,21 +142,7 @@ pub fn run(ctx: &Context, args: BenchHybridArgs) -> Result<Status> {
         eprintln!("{engine}: searching");
         let hybrid = Searcher::new(store.clone()).with_embedder(Some(embedder.clone()));
         let lexical = Searcher::new(store.clone());
-        let time = |searcher: &Searcher| -> Result<Vec<Duration>> {
-            let mut out = Vec::with_capacity(queries.len());
-            for query in &queries {
-                let request = SearchRequest {
-                    filter: filter.clone(),
-                    query: query.clone(),
-                    limit: 10,
-                };
-                let started = Instant::now();
-                std::hint::black_box(runtime.block_on(searcher.search(&request))?);
-                out.push(started.elapsed());
-            }
-            out.sort();
-            Ok(out)
-        };
+        let time = |searcher: &Searcher| time_searches(runtime, searcher, &filter, &queries);
         // Warm up once so the first query's page faults do not count.
         let _ = time(&hybrid)?;
         let before = store.dense_search_counts();

@@ -248,6 +248,29 @@ struct StoreBenchRow {
     peak_rss_mib: f64,
 }
 
+/// Times `searcher` on each query in `filter`'s scope (limit 10), one after another; the
+/// durations come back sorted.
+pub fn time_searches(
+    runtime: &tokio::runtime::Runtime,
+    searcher: &Searcher,
+    filter: &Filter,
+    queries: &[String],
+) -> Result<Vec<Duration>> {
+    let mut out = Vec::with_capacity(queries.len());
+    for query in queries {
+        let request = SearchRequest {
+            filter: filter.clone(),
+            query: query.clone(),
+            limit: 10,
+        };
+        let started = Instant::now();
+        std::hint::black_box(runtime.block_on(searcher.search(&request))?);
+        out.push(started.elapsed());
+    }
+    out.sort();
+    Ok(out)
+}
+
 /// The `p` quantile (0..=1) of sorted durations, in milliseconds.
 pub fn percentile(sorted: &[Duration], p: f64) -> f64 {
     if sorted.is_empty() {
@@ -674,18 +697,7 @@ fn common_words(
     }
     let searcher = Searcher::new(store.clone());
     eprintln!("[common {size}] searching");
-    let mut latencies = Vec::with_capacity(queries.len());
-    for query in &queries {
-        let request = SearchRequest {
-            filter: filter.clone(),
-            query: query.clone(),
-            limit: 10,
-        };
-        let started = Instant::now();
-        std::hint::black_box(runtime.block_on(searcher.search(&request))?);
-        latencies.push(started.elapsed());
-    }
-    latencies.sort();
+    let latencies = time_searches(runtime, &searcher, &filter, &queries)?;
     drop(searcher);
     drop(store);
 
