@@ -402,18 +402,7 @@ fn measure(ctx: &Context, config: &StoreConfig, m: Measure<'_>) -> Result<StoreB
     let searcher = Searcher::new(store.clone());
     let filter = Filter::user("user-0");
     let user_memories = runtime.block_on(store.count(&filter))?;
-    let mut latencies = Vec::with_capacity(queries.len());
-    for query in queries {
-        let request = SearchRequest {
-            filter: filter.clone(),
-            query: query.clone(),
-            limit: 10,
-        };
-        let started = Instant::now();
-        std::hint::black_box(runtime.block_on(searcher.search(&request))?);
-        latencies.push(started.elapsed());
-    }
-    latencies.sort();
+    let latencies = time_searches(runtime, &searcher, &filter, queries)?;
     let peak = peak_rss_mib();
 
     eprintln!("[{size}] {engine}: one-shot processes");
