@@ -1,7 +1,8 @@
 //! The storage conformance suite: one set of checks of engram-core's storage traits
 //! ([`MemoryStore`](engram_core::MemoryStore), [`JobStore`](engram_core::store::jobs::JobStore),
 //! [`TokenStore`](engram_core::store::tokens::TokenStore),
-//! [`GraphStore`](engram_core::store::graph::GraphStore) and
+//! [`GraphStore`](engram_core::store::graph::GraphStore),
+//! [`ClaimStore`](engram_core::store::claims::ClaimStore) and
 //! [`SessionLogStore`](engram_core::store::sessions::SessionLogStore)), written once and run by
 //! every engine's tests against a fresh store of that engine.
 //!
@@ -34,6 +35,7 @@ use engram_core::store::sessions::SessionLogStore;
 use engram_core::{Backend, Clock, FixedClock};
 use jiff::Timestamp;
 
+pub mod claims;
 pub mod graph;
 pub mod jobs;
 pub mod memories;
@@ -142,6 +144,12 @@ macro_rules! conformance_tests {
             graph::search_memories_are_linked_back_to_their_rows,
             graph::deleting_an_entity_takes_its_relations_and_returns_its_memories,
             graph::invalid_input_is_refused_before_writing,
+            claims::a_claim_is_granted_once_and_done_for_every_handle,
+            claims::a_claim_overlapping_others_gets_only_the_free_part,
+            claims::a_released_claim_can_be_claimed_again,
+            claims::an_abandoned_claim_lapses_after_its_lease,
+            claims::positions_past_the_stored_range_are_refused,
+            claims::many_claimants_at_once_get_one_grant,
         );
     };
     (@each $engine:expr; $($module:ident :: $check:ident),* $(,)?) => {
@@ -190,6 +198,7 @@ mod tests {
             ("tokens", include_str!("tokens.rs")),
             ("graph", include_str!("graph.rs")),
             ("sessions", include_str!("sessions.rs")),
+            ("claims", include_str!("claims.rs")),
         ] {
             let mut checks = 0;
             for line in source.lines() {

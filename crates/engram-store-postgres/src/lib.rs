@@ -16,11 +16,13 @@
 //! - **Many processes.** Jobs are claimed under row locks (`FOR UPDATE SKIP LOCKED`), so two
 //!   gateways never run one occurrence; `LISTEN`/`NOTIFY` tells every process at once of jobs
 //!   added and tokens revoked anywhere; a run left by a process that died (on any host) is known
-//!   by the advisory lock its process no longer holds.
+//!   by the advisory lock its process no longer holds; memory extraction claims the messages
+//!   it extracts under an advisory lock per stream, so two hosts never extract them both.
 //!
 //! [`PgStore`] implements every storage trait of engram-core (memories, jobs, tokens, the
-//! graph, session logs); [`PgStore::backend`] hands it out as one `Backend`.
+//! graph, session logs, claims); [`PgStore::backend`] hands it out as one `Backend`.
 
+mod claims;
 mod error;
 mod graph;
 mod jobs;

@@ -241,6 +241,23 @@ pub const MIGRATIONS: &[&str] = &[
         PRIMARY KEY (key, log, seq)
     );
     "#,
+    // 2: claims on ranges of a stream (see claims.rs): which messages memory extraction has
+    // done, or is doing now, on any host. A claim being worked on has the time its lease runs
+    // out; a finished one the time it was finished.
+    r#"
+    CREATE TABLE claims (
+        id          text   COLLATE "C" PRIMARY KEY,
+        user_id     text   NOT NULL,
+        stream      text   NOT NULL,
+        range_start bigint NOT NULL CHECK (range_start >= 0),
+        range_end   bigint NOT NULL CHECK (range_end > range_start),
+        claimed_at  bigint NOT NULL,
+        expires_at  bigint,
+        finished_at bigint,
+        CHECK ((expires_at IS NULL) <> (finished_at IS NULL))
+    );
+    CREATE INDEX claims_stream ON claims (user_id, stream, range_end);
+    "#,
 ];
 
 /// The schema version this build writes.

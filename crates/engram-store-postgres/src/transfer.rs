@@ -8,6 +8,7 @@
 //! in the source. The lexical index is rebuilt at the end, as after a change of analyser.
 
 use async_trait::async_trait;
+use engram_core::store::claims::{DoneClaim, loaded_range, stored_range};
 use engram_core::store::graph::Relation;
 use engram_core::store::jobs::ScheduleRecord;
 use engram_core::store::tokens::TokenWithHash;
@@ -25,7 +26,7 @@ use uuid::Uuid;
 use crate::PgStore;
 use crate::error::from_pg;
 use crate::memories::{StoredRow, copy_memories};
-use crate::rows::{MEMORY_COLUMNS, RawJson, clamp_i64, memory_from_row, micros};
+use crate::rows::{MEMORY_COLUMNS, RawJson, check_storable, clamp_i64, memory_from_row, micros};
 
 fn time(micros: i64) -> Result<Timestamp, StoreError> {
     Timestamp::from_microsecond(micros)
@@ -279,6 +280,31 @@ impl Transfer for PgStore {
                     ))
                 })
                 .collect(),
+            Table::Claims => self
+                .dump_rows(
+                    "SELECT pos, id, user_id, stream, range_start, range_end, claimed_at, \
+                     finished_at FROM (SELECT row_number() OVER (ORDER BY finished_at, id) \
+                     AS pos, * FROM claims WHERE finished_at IS NOT NULL) c \
+                     WHERE pos > $1 ORDER BY pos LIMIT $2",
+                    after,
+                    limit,
+                )
+                .await?
+                .iter()
+                .map(|row| {
+                    Ok((
+                        row.get(0),
+                        Record::Claim(DoneClaim {
+                            id: row.get(1),
+                            user_id: row.get(2),
+                            stream: row.get(3),
+                            range: loaded_range(row.get(4), row.get(5)),
+                            claimed_at: time(row.get(6))?,
+                            finished_at: time(row.get(7))?,
+                        }),
+                    ))
+                })
+                .collect(),
         }
     }
 
@@ -291,7 +317,8 @@ impl Transfer for PgStore {
                  AND NOT EXISTS (SELECT 1 FROM api_tokens) AND NOT EXISTS (SELECT 1 FROM jobs) \
                  AND NOT EXISTS (SELECT 1 FROM job_runs) \
                  AND NOT EXISTS (SELECT 1 FROM graph_entities) \
-                 AND NOT EXISTS (SELECT 1 FROM graph_relations)",
+                 AND NOT EXISTS (SELECT 1 FROM graph_relations) \
+                 AND NOT EXISTS (SELECT 1 FROM claims)",
                 &[],
             )
             .await
@@ -562,6 +589,26 @@ impl PgLoader {
                             &r.relation.to,
                             &r.relation.relation_type,
                             &micros(r.created_at),
+                        ],
+                    )
+                    .await
+            }
+            Record::Claim(c) => {
+                check_storable("a claim's user", &c.user_id)?;
+                check_storable("a claim's stream", &c.stream)?;
+                let range = stored_range(&c.range)?;
+                client
+                    .execute(
+                        "INSERT INTO claims (id, user_id, stream, range_start, range_end, \
+                         claimed_at, finished_at) VALUES ($1, $2, $3, $4, $5, $6, $7)",
+                        &[
+                            &c.id,
+                            &c.user_id,
+                            &c.stream,
+                            &range.start,
+                            &range.end,
+                            &micros(c.claimed_at),
+                            &micros(c.finished_at),
                         ],
                     )
                     .await

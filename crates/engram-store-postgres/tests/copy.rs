@@ -7,6 +7,7 @@ mod common;
 use std::sync::Arc;
 
 use common::{Server, TestDb};
+use engram_core::store::claims::ClaimOutcome;
 use engram_core::store::graph::{Entity, Relation};
 use engram_core::store::jobs::{AfterRun, NewJob, RunEnd, RunStatus, RunTrigger, ScheduleRecord};
 use engram_core::store::tokens::NewToken;
@@ -173,6 +174,20 @@ async fn fill_backend(backend: Backend) {
         .map(|p| (p.target, MemoryId::new()))
         .collect();
     backend.graph.set_index(&links[..2]).await.unwrap();
+    // Finished claims are copied; one still being worked on is a lease, and stays behind.
+    for (stream, range, finish) in [("s0", 0..4, true), ("s0", 0..9, true), ("s1", 0..2, false)] {
+        let outcome = backend
+            .claims
+            .claim("u0", stream, range, std::time::Duration::from_secs(60))
+            .await
+            .unwrap();
+        let ClaimOutcome::Granted(ticket) = outcome else {
+            panic!("{outcome:?}")
+        };
+        if finish {
+            backend.claims.finish(&ticket).await.unwrap();
+        }
+    }
 }
 
 /// Every table's records, without their positions (memories are renumbered by a copy).
@@ -238,6 +253,7 @@ async fn a_store_copied_to_postgresql_15_and_back_is_the_same() {
         "the old text's and the deleted one's went"
     );
     assert_eq!(count(Table::JobRuns), 2);
+    assert_eq!(count(Table::Claims), 2, "the unfinished claim stays behind");
     copy(&*plain, &*back, &mut |_, _| {}).await.unwrap();
 
     let original = everything(&*source).await;

@@ -5,10 +5,13 @@
 //! edge, once per call (see [`SqliteStore::run`]); callers simply await.
 
 use std::collections::HashMap;
+use std::ops::Range;
 use std::path::Path;
 use std::sync::Arc;
+use std::time::Duration;
 
 use async_trait::async_trait;
+use engram_core::store::claims::{ClaimOutcome, ClaimStore, ClaimTicket};
 use engram_core::store::graph::{
     Entity, GraphError, GraphLink, GraphStore, IndexTarget, KnowledgeGraph, ObservationDeletion,
     ObservationInput, ObservationsAdded, PendingIndex, Relation,
@@ -443,6 +446,31 @@ impl TokenStore for SqliteStore {
 
     fn try_change_version(&self) -> Option<i64> {
         self.db.try_data_version()
+    }
+}
+
+#[async_trait]
+impl ClaimStore for SqliteStore {
+    async fn claim(
+        &self,
+        user_id: &str,
+        stream: &str,
+        wanted: Range<u64>,
+        lease: Duration,
+    ) -> Result<ClaimOutcome, StoreError> {
+        let (user_id, stream) = (user_id.to_string(), stream.to_string());
+        self.run(move |db| db.claims().claim(&user_id, &stream, wanted, lease))
+            .await
+    }
+
+    async fn finish(&self, ticket: &ClaimTicket) -> Result<bool, StoreError> {
+        let ticket = ticket.clone();
+        self.run(move |db| db.claims().finish(&ticket)).await
+    }
+
+    async fn release(&self, ticket: &ClaimTicket) -> Result<(), StoreError> {
+        let ticket = ticket.clone();
+        self.run(move |db| db.claims().release(&ticket)).await
     }
 }
 

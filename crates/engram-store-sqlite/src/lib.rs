@@ -1,5 +1,5 @@
 //! engram's embedded storage engine: memories, their audit trail, a full-text index, vectors,
-//! jobs, API tokens and the knowledge graph in one SQLite file.
+//! jobs, API tokens, the knowledge graph and extraction claims in one SQLite file.
 //!
 //! [`SqliteStore`] implements every storage trait of engram-core (async, through the blocking
 //! pool); [`Database`] is the same file, synchronously.
@@ -10,6 +10,7 @@
 //! program and a damaged file are each refused with their own message.
 
 mod ann;
+pub mod claims;
 mod engine;
 mod error;
 pub mod fts;

@@ -296,6 +296,23 @@ pub const MIGRATIONS: &[&str] = &[
     ALTER TABLE jobs_v11 RENAME TO jobs;
     CREATE INDEX jobs_next_run ON jobs (next_run_at_ms) WHERE enabled = 1;
     "#,
+    // 12: claims on ranges of a stream (see claims.rs): which messages memory extraction has
+    // done, or is doing now, seen by every process of the file. A claim being worked on has
+    // the time its lease runs out; a finished one the time it was finished.
+    r#"
+    CREATE TABLE claims (
+        id          TEXT    PRIMARY KEY,
+        user_id     TEXT    NOT NULL,
+        stream      TEXT    NOT NULL,
+        range_start INTEGER NOT NULL CHECK (range_start >= 0),
+        range_end   INTEGER NOT NULL CHECK (range_end > range_start),
+        claimed_at  INTEGER NOT NULL,
+        expires_at  INTEGER,
+        finished_at INTEGER,
+        CHECK ((expires_at IS NULL) <> (finished_at IS NULL))
+    );
+    CREATE INDEX claims_stream ON claims (user_id, stream, range_end);
+    "#,
 ];
 
 /// The schema version this build writes.

@@ -197,7 +197,8 @@ impl Database {
         from_sqlite(e, &self.path, self.options.busy_timeout)
     }
 
-    fn now(&self) -> Timestamp {
+    /// Now by the store's clock, to the microsecond.
+    pub(crate) fn now(&self) -> Timestamp {
         engram_core::time::truncate_to_micros(self.options.clock.now())
     }
 

@@ -11,6 +11,7 @@ use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 
 use async_trait::async_trait;
+use engram_core::store::claims::{DoneClaim, loaded_range, stored_range};
 use engram_core::store::graph::Relation;
 use engram_core::store::jobs::ScheduleRecord;
 use engram_core::store::tokens::{ApiToken, TokenWithHash};
@@ -231,6 +232,24 @@ pub(crate) fn dump(
                 ))
             },
         ),
+        Table::Claims => page(
+            "SELECT pos, id, user_id, stream, range_start, range_end, claimed_at, finished_at \
+             FROM (SELECT row_number() OVER (ORDER BY finished_at, id) AS pos, * FROM claims \
+             WHERE finished_at IS NOT NULL) WHERE pos > ?1 ORDER BY pos LIMIT ?2",
+            &|row| {
+                Ok((
+                    row.get(0)?,
+                    Record::Claim(DoneClaim {
+                        id: row.get(1)?,
+                        user_id: row.get(2)?,
+                        stream: row.get(3)?,
+                        range: loaded_range(row.get(4)?, row.get(5)?),
+                        claimed_at: time(row.get(6)?)?,
+                        finished_at: time(row.get(7)?)?,
+                    }),
+                ))
+            },
+        ),
     }
 }
 
@@ -241,7 +260,7 @@ pub(crate) fn is_empty(conn: &Connection) -> rusqlite::Result<bool> {
          AND NOT EXISTS (SELECT 1 FROM embedding_models) AND NOT EXISTS (SELECT 1 FROM api_tokens) \
          AND NOT EXISTS (SELECT 1 FROM jobs) AND NOT EXISTS (SELECT 1 FROM job_runs) \
          AND NOT EXISTS (SELECT 1 FROM graph_entities) \
-         AND NOT EXISTS (SELECT 1 FROM graph_relations)",
+         AND NOT EXISTS (SELECT 1 FROM graph_relations) AND NOT EXISTS (SELECT 1 FROM claims)",
         [],
         |r| r.get(0),
     )
@@ -422,6 +441,22 @@ fn load_one(conn: &Connection, record: &Record) -> rusqlite::Result<()> {
                 r.relation.to,
                 r.relation.relation_type,
                 micros(r.created_at)
+            ])?;
+        }
+        Record::Claim(c) => {
+            let range = stored_range(&c.range).map_err(|e| bad("claim", e))?;
+            conn.prepare_cached(
+                "INSERT INTO claims (id, user_id, stream, range_start, range_end, claimed_at, \
+                 finished_at) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)",
+            )?
+            .execute(params![
+                c.id,
+                c.user_id,
+                c.stream,
+                range.start,
+                range.end,
+                micros(c.claimed_at),
+                micros(c.finished_at)
             ])?;
         }
     }

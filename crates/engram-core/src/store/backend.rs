@@ -3,6 +3,7 @@
 use std::sync::Arc;
 
 use super::MemoryStore;
+use super::claims::ClaimStore;
 use super::graph::GraphStore;
 use super::jobs::JobStore;
 use super::sessions::SessionLogStore;
@@ -11,7 +12,7 @@ use super::transfer::Transfer;
 
 /// One engine's stores, opened once by the program's composition root (engram-cli's
 /// `backend`) from the configuration, and handed to whatever needs them: the memory layer
-/// takes `memories`, the scheduler `jobs`, the server `tokens` and `graph`. Cheap to clone.
+/// takes `memories` and `claims`, the scheduler `jobs`, the server `tokens` and `graph`. Cheap to clone.
 ///
 /// An engine implements every trait on one value that owns its connections, so the fields
 /// usually point at the same object; nothing here names the engine's type.
@@ -25,6 +26,8 @@ pub struct Backend {
     pub tokens: Arc<dyn TokenStore>,
     /// Knowledge graphs.
     pub graph: Arc<dyn GraphStore>,
+    /// Claims on ranges of streams (what memory extraction has done or is doing).
+    pub claims: Arc<dyn ClaimStore>,
     /// Copying everything to or from another store (`engram copy`).
     pub transfer: Arc<dyn Transfer>,
     /// Session logs, when the engine holds them (a shared engine); `None` means files under
@@ -41,13 +44,14 @@ impl Backend {
     /// stay in files (see [`Backend::with_sessions`]).
     pub fn from_engine<E>(engine: Arc<E>, name: &'static str, location: String) -> Self
     where
-        E: MemoryStore + JobStore + TokenStore + GraphStore + Transfer + 'static,
+        E: MemoryStore + JobStore + TokenStore + GraphStore + ClaimStore + Transfer + 'static,
     {
         Self {
             memories: engine.clone(),
             jobs: engine.clone(),
             tokens: engine.clone(),
             transfer: engine.clone(),
+            claims: engine.clone(),
             graph: engine,
             sessions: None,
             engine: name,

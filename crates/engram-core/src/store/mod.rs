@@ -6,6 +6,8 @@
 //! - [`tokens::TokenStore`]: API tokens (hashes and the users they may touch);
 //! - [`graph::GraphStore`]: the knowledge graph of the MCP graph tools;
 //! - [`sessions::SessionLogStore`]: the agent's session logs, when the engine is shared;
+//! - [`claims::ClaimStore`]: claims on ranges of a stream (what extraction has done or is
+//!   doing), shared by every process of the store;
 //! - [`Backend`]: one of each, opened once by the program's composition root and passed down.
 //!
 //! An engine (SQLite in `engram-store-sqlite`, PostgreSQL in `engram-store-postgres`) implements
@@ -17,6 +19,7 @@
 //! pool at its own edge, so callers simply await.
 
 pub mod backend;
+pub mod claims;
 pub mod graph;
 pub mod jobs;
 pub mod sessions;

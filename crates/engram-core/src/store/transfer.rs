@@ -1,6 +1,8 @@
 //! Copying a whole store from one engine to another, losslessly: every memory with its id,
 //! times and validity, the audit trail, vectors, tokens (their hashes), jobs with their runs,
-//! and the knowledge graph, each with the ids and times it had.
+//! the knowledge graph, and finished claims (so that work done before the copy is not done
+//! again after it; unfinished claims are transient leases and stay behind), each with the ids
+//! and times it had.
 //!
 //! An engine reads its tables page by page as plain [`Record`]s ([`Transfer::dump`]) and writes
 //! records it is given exactly as they are, inside one transaction that is committed only at
@@ -12,6 +14,7 @@
 use async_trait::async_trait;
 use jiff::Timestamp;
 
+use super::claims::DoneClaim;
 use super::graph::Relation;
 use super::jobs::{Job, JobRun};
 use super::tokens::TokenWithHash;
@@ -41,11 +44,13 @@ pub enum Table {
     Observations,
     /// Graph relations.
     Relations,
+    /// Finished claims.
+    Claims,
 }
 
 impl Table {
     /// Every table, in load order.
-    pub const ALL: [Table; 10] = [
+    pub const ALL: [Table; 11] = [
         Table::Memories,
         Table::History,
         Table::VectorModels,
@@ -56,6 +61,7 @@ impl Table {
         Table::Entities,
         Table::Observations,
         Table::Relations,
+        Table::Claims,
     ];
 
     /// A name for progress lines.
@@ -71,6 +77,7 @@ impl Table {
             Table::Entities => "graph entities",
             Table::Observations => "graph observations",
             Table::Relations => "graph relations",
+            Table::Claims => "finished claims",
         }
     }
 }
@@ -170,6 +177,8 @@ pub enum Record {
     Observation(ObservationRecord),
     /// A graph relation.
     Relation(RelationRecord),
+    /// A finished claim.
+    Claim(DoneClaim),
 }
 
 /// Writing a copy into a store: records go in with [`Loader::load`], in table order, and become
@@ -196,8 +205,8 @@ pub trait Transfer: Send + Sync {
         limit: usize,
     ) -> Result<Vec<(i64, Record)>, StoreError>;
 
-    /// True when the store holds no memories, history, vectors, tokens, jobs or graph: a copy
-    /// goes only into an empty store, so that nothing is overwritten.
+    /// True when the store holds no memories, history, vectors, tokens, jobs, graph or claims:
+    /// a copy goes only into an empty store, so that nothing is overwritten.
     async fn is_empty(&self) -> Result<bool, StoreError>;
 
     /// Starts writing a copy (see [`Loader`]).
