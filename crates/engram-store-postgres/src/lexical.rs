@@ -37,7 +37,7 @@ pub(crate) fn body(text: &str, context: Option<&str>) -> Vec<String> {
 
 /// Longest term kept as it is in `postings`; a longer one (a "word" of hundreds of letters) is
 /// kept as `~` and its hash, which matches exactly the same terms and fits a B-tree entry.
-const MAX_POSTING_TERM_BYTES: usize = 200;
+pub(crate) const MAX_POSTING_TERM_BYTES: usize = 200;
 
 /// How a term is kept in `postings`.
 pub(crate) fn posting_term(term: &str) -> std::borrow::Cow<'_, str> {

@@ -25,6 +25,7 @@
 mod claims;
 mod error;
 mod graph;
+mod integrity;
 mod jobs;
 mod lexical;
 mod memories;
@@ -40,6 +41,7 @@ mod transfer;
 mod vectors;
 
 pub use error::describe_url;
+pub use integrity::Integrity;
 pub use store::{DenseSearch, PgOptions, PgStore, fresh_schema};
 
 /// The engine's name in statistics and messages.

@@ -220,7 +220,7 @@ fn literal(text: &str) -> String {
 }
 
 /// The name of a model's HNSW index.
-fn hnsw_index_name(model: &str) -> String {
+pub(crate) fn hnsw_index_name(model: &str) -> String {
     let hash = blake3::hash(model.as_bytes());
     format!("embeddings_hnsw_{}", &hash.to_hex()[..16])
 }
