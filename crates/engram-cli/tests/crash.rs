@@ -21,6 +21,9 @@ use engram_llm::scripted::{SCRIPTED_KEY, SCRIPTED_MODEL, ScriptedServer, Turn};
 use serde_json::{Value, json};
 use tempfile::TempDir;
 
+mod common;
+use common::Database;
+
 /// SplitMix64: repeatable kill points.
 struct Rng(u64);
 
@@ -48,38 +51,80 @@ impl Rng {
     }
 }
 
-/// The storage engines the crash tests run on.
-///
-/// PostgreSQL joins once `engram` can be pointed at it: a variant whose [`Engine::prepare`]
-/// writes its URL into the home's config.toml and whose [`Engine::problems`] runs that engine's
-/// integrity check; the tests themselves only talk to `engram` and read what it exports.
+/// The storage engines the crash tests run on: every test runs once on each.
 #[derive(Debug, Clone, Copy)]
 enum Engine {
+    /// The home's own database file.
     Sqlite,
+    /// A database of the test's own on the test script's PostgreSQL 16 with pgvector
+    /// (ENGRAM_TEST_PG_URL; the tests fail without it, naming the fix), named in the home's
+    /// config.toml as `[store] url`.
+    Postgres,
 }
 
 impl Engine {
-    fn all() -> [Engine; 1] {
-        [Engine::Sqlite]
+    fn all() -> [Engine; 2] {
+        [Engine::Sqlite, Engine::Postgres]
     }
 
-    /// Sets up `home` to use this engine.
-    fn prepare(self, home: &Path) {
-        match self {
-            Engine::Sqlite => {
-                let _ = home;
+    /// Sets up `home` to use this engine; `test` names the test's database.
+    fn prepare(self, home: &Path, test: &str) -> Store {
+        let database = match self {
+            Engine::Sqlite => None,
+            Engine::Postgres => {
+                let database = Database::new(&format!("crash_{test}"));
+                let mut config = std::fs::OpenOptions::new()
+                    .create(true)
+                    .append(true)
+                    .open(home.join("config.toml"))
+                    .unwrap();
+                writeln!(config, "\n[store]\nurl = {:?}", database.url).unwrap();
+                Some(database)
             }
+        };
+        Store {
+            engine: self,
+            database,
         }
     }
+}
 
+/// Where one test keeps its memories (a PostgreSQL database is dropped with it).
+struct Store {
+    engine: Engine,
+    database: Option<Database>,
+}
+
+impl Store {
     /// What the engine's integrity check finds wrong (nothing, after any crash).
-    fn problems(self, home: &Path) -> Vec<String> {
-        match self {
-            Engine::Sqlite => {
+    fn problems(&self, home: &Path) -> Vec<String> {
+        match (&self.engine, &self.database) {
+            (Engine::Sqlite, _) => {
                 let store = engram_store_sqlite::SqliteStore::open(home.join("engram.db"))
                     .unwrap_or_else(|e| panic!("the store does not open after the crash: {e}"));
                 store.blocking().check_integrity().unwrap()
             }
+            (Engine::Postgres, Some(database)) => {
+                let runtime = tokio::runtime::Builder::new_current_thread()
+                    .enable_all()
+                    .build()
+                    .unwrap();
+                let found = runtime.block_on(async {
+                    let store = engram_store_postgres::PgStore::open(
+                        &database.url,
+                        engram_store_postgres::PgOptions::default(),
+                    )
+                    .await
+                    .unwrap_or_else(|e| panic!("the store does not open after the crash: {e}"));
+                    store.check_integrity().await.unwrap()
+                });
+                // What could not be checked here (amcheck, when the server lacks it) is said.
+                for skipped in &found.skipped {
+                    eprintln!("integrity check: {skipped}");
+                }
+                found.problems
+            }
+            (Engine::Postgres, None) => unreachable!("a PostgreSQL store has its database"),
         }
     }
 }
@@ -89,6 +134,7 @@ fn engram(home: &Path) -> Command {
     cmd.arg("--home").arg(home);
     for var in [
         "ENGRAM_HOME",
+        "ENGRAM_DATABASE_URL",
         "ENGRAM_USER",
         "ENGRAM_PROVIDER",
         "ENGRAM_MODEL",
@@ -145,9 +191,13 @@ fn exported(home: &Path, user: &str) -> BTreeMap<u64, Value> {
     memories
 }
 
-fn assert_sound(engine: Engine, home: &Path, when: &str) {
-    let problems = engine.problems(home);
-    assert!(problems.is_empty(), "{engine:?} {when}: {problems:?}");
+fn assert_sound(store: &Store, home: &Path, when: &str) {
+    let problems = store.problems(home);
+    assert!(
+        problems.is_empty(),
+        "{:?} {when}: {problems:?}",
+        store.engine
+    );
 }
 
 #[test]
@@ -157,7 +207,7 @@ fn import_killed_at_random_points_keeps_every_committed_batch_whole() {
     let mut rng = Rng::seeded("import");
     for engine in Engine::all() {
         let home = TempDir::new().unwrap();
-        engine.prepare(home.path());
+        let store = engine.prepare(home.path(), "import");
         let file = home.path().join("in.jsonl");
         let text = |n: u64| format!("memory {n}: the {} garden path", n * 7919 % 10_007);
         let lines: String = (0..LINES)
@@ -182,7 +232,7 @@ fn import_killed_at_random_points_keeps_every_committed_batch_whole() {
                 .spawn()
                 .unwrap();
             kills += usize::from(kill_after(&mut child, rng.millis(50, 1500)));
-            assert_sound(engine, home.path(), &format!("after import round {round}"));
+            assert_sound(&store, home.path(), &format!("after import round {round}"));
             let memories = exported(home.path(), "u");
             let count = memories.len() as u64;
             // Whole batches, in file order, and nothing committed is lost.
@@ -215,7 +265,7 @@ fn import_killed_at_random_points_keeps_every_committed_batch_whole() {
             .unwrap();
         assert!(out.status.success());
         assert_eq!(exported(home.path(), "u").len() as u64, LINES);
-        assert_sound(engine, home.path(), "after the last import");
+        assert_sound(&store, home.path(), "after the last import");
     }
 }
 
@@ -266,7 +316,7 @@ fn serve_killed_mid_batch_keeps_every_acknowledged_write() {
     let mut rng = Rng::seeded("serve");
     for engine in Engine::all() {
         let home = TempDir::new().unwrap();
-        engine.prepare(home.path());
+        let store = engine.prepare(home.path(), "serve");
         let addr = free_port();
         let mut acknowledged: BTreeSet<u64> = BTreeSet::new();
         let mut sent: BTreeSet<u64> = BTreeSet::new();
@@ -304,7 +354,7 @@ fn serve_killed_mid_batch_keeps_every_acknowledged_write() {
             acknowledged.extend(acked);
             sent.extend(first..sent_up_to);
             next_batch = sent_up_to;
-            assert_sound(engine, home.path(), &format!("after serve round {round}"));
+            assert_sound(&store, home.path(), &format!("after serve round {round}"));
 
             let memories = exported(home.path(), "u");
             let mut present: BTreeMap<u64, u64> = BTreeMap::new();
@@ -346,7 +396,7 @@ fn reindex_killed_at_random_points_leaves_whole_vectors_and_finishes_later() {
     let mut rng = Rng::seeded("reindex");
     for engine in Engine::all() {
         let home = TempDir::new().unwrap();
-        engine.prepare(home.path());
+        let store = engine.prepare(home.path(), "reindex");
         let file = home.path().join("in.jsonl");
         let lines: String = (0..MEMORIES)
             .map(|n| {
@@ -376,7 +426,7 @@ fn reindex_killed_at_random_points_leaves_whole_vectors_and_finishes_later() {
                 .spawn()
                 .unwrap();
             kills += usize::from(kill_after(&mut child, rng.millis(300, 2500)));
-            assert_sound(engine, home.path(), &format!("after reindex round {round}"));
+            assert_sound(&store, home.path(), &format!("after reindex round {round}"));
         }
         assert!(kills > 0, "no reindex was killed in the middle");
         let out = engram(home.path())
@@ -389,7 +439,7 @@ fn reindex_killed_at_random_points_leaves_whole_vectors_and_finishes_later() {
             "{}",
             String::from_utf8_lossy(&out.stderr)
         );
-        assert_sound(engine, home.path(), "after the last reindex");
+        assert_sound(&store, home.path(), "after the last reindex");
         // Every text has its vector now: a search by meaning finds the trip notes.
         let out = engram(home.path())
             .args(["search", "--user", "u", "--json", "journey", "by", "boat"])
@@ -403,9 +453,8 @@ fn reindex_killed_at_random_points_leaves_whole_vectors_and_finishes_later() {
 }
 
 /// A home with a model configured through the environment, for the agent's crashes.
-fn agent_home(engine: Engine, memory: &str) -> TempDir {
+fn agent_home(engine: Engine, test: &str, memory: &str) -> (TempDir, Store) {
     let home = TempDir::new().unwrap();
-    engine.prepare(home.path());
     std::fs::write(
         home.path().join("config.toml"),
         format!(
@@ -415,7 +464,8 @@ fn agent_home(engine: Engine, memory: &str) -> TempDir {
     )
     .unwrap();
     std::fs::create_dir(home.path().join("ws")).unwrap();
-    home
+    let store = engine.prepare(home.path(), test);
+    (home, store)
 }
 
 fn agent(home: &Path, server: &ScriptedServer) -> Command {
@@ -464,7 +514,7 @@ fn current_facts(home: &Path) -> Vec<String> {
 fn extraction_killed_at_random_points_leaves_a_consistent_memory() {
     let mut rng = Rng::seeded("extraction");
     for engine in Engine::all() {
-        let home = agent_home(engine, "");
+        let (home, store) = agent_home(engine, "extraction", "");
         let episodes = json!({"episodes": [
             {"summary": "The user said they moved to Lisbon", "category": "life", "importance": 4},
             {"summary": "The user said they drink green tea every morning", "category": "habit", "importance": 3}
@@ -501,7 +551,7 @@ fn extraction_killed_at_random_points_leaves_a_consistent_memory() {
                 .unwrap();
             kills += usize::from(kill_after(&mut child, rng.millis(100, 900)));
             assert_sound(
-                engine,
+                &store,
                 home.path(),
                 &format!("after extraction round {round}"),
             );
@@ -521,8 +571,9 @@ fn summarisation_killed_at_random_points_keeps_the_conversation() {
     let mut rng = Rng::seeded("summarisation");
     for engine in Engine::all() {
         // A small window: each pass reads a large file, and the session must be summarised.
-        let home = agent_home(
+        let (home, store) = agent_home(
             engine,
+            "summarisation",
             "context_window = 6000\nreply_reserve = 500\nsummary_max_tokens = 150\n",
         );
         let big: String = (0..300)
@@ -560,7 +611,7 @@ fn summarisation_killed_at_random_points_keeps_the_conversation() {
                 rng.millis(100, 1200)
             };
             kills += usize::from(kill_after(&mut child, wait));
-            assert_sound(engine, home.path(), &format!("after summary round {round}"));
+            assert_sound(&store, home.path(), &format!("after summary round {round}"));
             let shown = session_reads(home.path(), "cli:long");
             // Every message the user sent before is still in the file, in order; this run's
             // is there unless the run was killed before (or while) writing it.
@@ -608,6 +659,6 @@ fn summarisation_killed_at_random_points_keeps_the_conversation() {
         );
         assert!(String::from_utf8_lossy(&out.stdout).contains("Still here."));
         server.check_tool_pairing().unwrap();
-        assert_sound(engine, home.path(), "after the last run");
+        assert_sound(&store, home.path(), "after the last run");
     }
 }

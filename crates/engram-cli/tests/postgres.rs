@@ -14,67 +14,10 @@ use std::time::{Duration, Instant};
 use serde_json::{Value, json};
 use tempfile::TempDir;
 
+mod common;
+use common::Database;
+
 const ENGRAM: &str = env!("CARGO_BIN_EXE_engram");
-
-/// A database of this test's own, dropped at the end.
-struct Database {
-    admin: String,
-    name: String,
-    url: String,
-}
-
-fn psql(url: &str, sql: &str) {
-    let bin = std::env::var("ENGRAM_TEST_PG_BIN").unwrap_or_else(|_| {
-        panic!(
-            "ENGRAM_TEST_PG_BIN is not set: run the tests through scripts/test.sh, or first \
-             eval \"$(scripts/setup-postgres.sh start)\""
-        )
-    });
-    let out = Command::new(Path::new(&bin).join("psql"))
-        .args([url, "-qc", sql])
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "psql {sql}: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-}
-
-impl Database {
-    fn new(label: &str) -> Self {
-        let admin = std::env::var("ENGRAM_TEST_PG_URL").unwrap_or_else(|_| {
-            panic!(
-                "ENGRAM_TEST_PG_URL is not set: run the tests through scripts/test.sh, or first \
-                 eval \"$(scripts/setup-postgres.sh start)\""
-            )
-        });
-        let name = format!("engram_cli_{label}_{}", std::process::id());
-        psql(&admin, &format!("DROP DATABASE IF EXISTS {name}"));
-        psql(&admin, &format!("CREATE DATABASE {name}"));
-        let url = format!(
-            "{}/{name}",
-            admin
-                .strip_suffix("/postgres")
-                .expect("the test URL ends in /postgres")
-        );
-        Self { admin, name, url }
-    }
-}
-
-impl Drop for Database {
-    fn drop(&mut self) {
-        let _ = Command::new(
-            Path::new(&std::env::var("ENGRAM_TEST_PG_BIN").unwrap_or_default()).join("psql"),
-        )
-        .args([
-            &self.admin,
-            "-qc",
-            &format!("DROP DATABASE IF EXISTS {} WITH (FORCE)", self.name),
-        ])
-        .output();
-    }
-}
 
 fn engram(home: &Path, url: &str) -> Command {
     let mut cmd = Command::new(ENGRAM);
