@@ -34,11 +34,13 @@ use engram_text::{Token, is_stopword, tokens};
 use crate::extract::ProfileEntry;
 
 /// Words a model adds around a value that say nothing the user must have said: the subject
-/// ("user"), the verb of a preference ("prefers", "likes", "uses", "wants"), time words ("now",
-/// "currently") and yes/no values. Stems, as [`engram_text`] makes them.
+/// ("user"), the verb of a preference ("prefers", "likes", "uses", "wants"), the words that
+/// introduce a name ("named", "called": "a rabbit called Biscuit" comes back as "rabbit named
+/// Biscuit"), time words ("now", "currently") and yes/no values. Stems, as [`engram_text`]
+/// makes them.
 const FILLER: &[&str] = &[
-    "current", "fals", "like", "none", "now", "null", "prefer", "true", "use", "user", "want",
-    "yes",
+    "call", "current", "fals", "like", "name", "none", "now", "null", "prefer", "true", "use",
+    "user", "want", "yes",
 ];
 
 /// Words that make a clause a supposition rather than a statement (lowercase, as written).
@@ -1290,6 +1292,22 @@ mod tests {
     }
 
     #[test]
+    fn the_word_that_introduces_a_name_need_not_be_the_users() {
+        let talk = [Message::user(
+            "Sad news, our old cat died. We adopted a rabbit called Nugget yesterday though.",
+        )];
+        assert!(check(&talk, "pet", "rabbit named Nugget").is_ok());
+        assert!(check(&talk, "pet_name", "Nugget").is_ok());
+        // The name itself must still be the user's.
+        assert_eq!(
+            check(&talk, "pet", "rabbit named Clover")
+                .unwrap_err()
+                .code(),
+            "not_said"
+        );
+    }
+
+    #[test]
     fn the_assistant_the_prompt_and_nobody_are_told_apart() {
         let talk = [
             Message::user("I work as a nurse in Hamburg."),
@@ -1714,6 +1732,37 @@ mod tests {
         ));
         let g = Grounding::new(&[Message::user("My sister dropped Java.")], "");
         assert!(g.revokes(&content_terms("Java")).is_err());
+    }
+
+    #[test]
+    fn the_profile_prompts_someone_else_placeholder_copied_is_refused() {
+        // The extraction prompt asks for "<relation>_<subject>" keys when the user speaks of
+        // someone else; a model that copies the placeholder instead of naming the person gets
+        // nothing into the profile.
+        let prompt = format!(
+            "{}\n{}",
+            crate::prompts::EXTRACT_EPISODES.text(),
+            crate::prompts::EXTRACT_PROFILE.text()
+        );
+        assert!(prompt.contains("\"<relation>_<subject>\""));
+        let ines = [Message::user(
+            "Please remember: my daughter Ines is allergic to peanuts.",
+        )];
+        let g = Grounding::new(&ines, &prompt);
+        for (key, value) in [
+            ("<relation>_<subject>", "<user's words>"),
+            ("<relation>_allergy", "peanuts"),
+            ("relation_allergy", "peanuts"),
+        ] {
+            assert!(
+                g.profile_entry(&entry(key, value)).is_err(),
+                "{key}: {value}"
+            );
+        }
+        assert!(
+            g.profile_entry(&entry("daughter_allergy", "peanuts"))
+                .is_ok()
+        );
     }
 
     #[test]
