@@ -29,7 +29,8 @@ pub struct PgOptions {
     /// Up to how many of a user's memories dense search is exact (every vector in the scope
     /// scored); larger scopes use pgvector's HNSW index when there is one.
     pub exact_max_scope: u64,
-    /// Length of the HNSW search's candidate list (`hnsw.ef_search`) for large scopes.
+    /// Shortest HNSW candidate list (`hnsw.ef_search`) for large scopes; a scope holding a
+    /// small share of the index asks for more (see `vectors::index_candidates`).
     pub ef_search: usize,
     /// Extra trusted roots (a PEM file) for a database whose certificate a private CA signed;
     /// used with `sslmode=require` (see tls.rs).

@@ -10,7 +10,9 @@
 //! A search is exact — every vector in the filtered scope scored — while the user has at most
 //! [`PgOptions::exact_max_scope`] memories; beyond that (with pgvector) the model's HNSW index
 //! proposes candidates which the filter then narrows, and when too few pass, the search falls
-//! back to exact. Either way the filter decides before the top `k`.
+//! back to exact. The index holds every user's vectors, so it is asked for more candidates the
+//! smaller the user's share of them (`index_candidates`); a share too small for pgvector's
+//! longest candidate list goes straight to exact. Either way the filter decides before the top `k`.
 //!
 //! [`PgOptions::exact_max_scope`]: crate::PgOptions::exact_max_scope
 
@@ -217,6 +219,32 @@ async fn convert_to_pgvector(
 /// `text` as a SQL string literal.
 fn literal(text: &str) -> String {
     format!("'{}'", text.replace('\'', "''"))
+}
+
+/// pgvector's largest `hnsw.ef_search`: an index scan returns at most this many rows.
+const MAX_EF_SEARCH: usize = 1_000;
+
+/// How many nearest vectors to ask the HNSW index for, so that `limit` of them are likely to
+/// fall in the searched scope; `None` when even the most the index returns would not be enough.
+///
+/// The index holds every user's vectors and the scope is applied after it (pgvector 0.6 has no
+/// filtered index scan), so a scope holding a share `scope / everyone` of the vectors keeps
+/// about that share of the candidates. Twice `limit` over that share leaves room for the rest
+/// of the filter (kinds, closed memories). When that is more than pgvector returns, an index
+/// scan would come back short and the search would be done twice; exact search goes first.
+pub(crate) fn index_candidates(
+    limit: usize,
+    scope: u64,
+    everyone: u64,
+    configured: usize,
+) -> Option<usize> {
+    if scope == 0 {
+        return None;
+    }
+    let everyone = everyone.max(scope);
+    let wanted = (limit as u128 * 2 * u128::from(everyone)).div_ceil(u128::from(scope));
+    let wanted = usize::try_from(wanted).unwrap_or(usize::MAX);
+    (wanted <= MAX_EF_SEARCH).then(|| wanted.max(configured).min(MAX_EF_SEARCH))
 }
 
 /// The name of a model's HNSW index.
@@ -495,13 +523,19 @@ impl PgStore {
         let conditions = filter_sql(filter, now, &mut params)?;
         let client = self.client().await?;
         let map = |e: tokio_postgres::Error| self.err(e);
-        let facts = client
-            .query_opt(
+        // Prepared once per connection: a statement given as text is parsed, run and closed,
+        // three round trips where one will do.
+        let statement = client
+            .prepare_cached(
                 "SELECT dimension, \
-                 (SELECT docs FROM lexical_users WHERE user_id = $2) \
+                 (SELECT docs FROM lexical_users WHERE user_id = $2), \
+                 (SELECT sum(docs)::bigint FROM lexical_users) \
                  FROM embedding_models WHERE model = $1",
-                &[&model, &filter.user_id],
             )
+            .await
+            .map_err(map)?;
+        let facts = client
+            .query_opt(&statement, &[&model, &filter.user_id])
             .await
             .map_err(map)?;
         let Some(facts) = facts else {
@@ -522,7 +556,16 @@ impl PgStore {
                 .exact_in_rust(&client, model, query, limit, &conditions, params)
                 .await;
         }
-        if scope > state.exact_max_scope.load(Relaxed) {
+        let everyone = facts.get::<_, Option<i64>>(2).unwrap_or(0).max(0) as u64;
+        let candidates = index_candidates(
+            limit,
+            scope,
+            everyone,
+            state.ef_search.load(Relaxed) as usize,
+        );
+        if scope > state.exact_max_scope.load(Relaxed)
+            && let Some(candidates) = candidates
+        {
             DenseState::count(&state.approximate);
             let hits = self
                 .approximate(
@@ -530,7 +573,7 @@ impl PgStore {
                     model,
                     dimension,
                     query,
-                    limit,
+                    (limit, candidates),
                     &conditions,
                     &params,
                 )
@@ -575,14 +618,10 @@ impl PgStore {
         model: &str,
         dimension: usize,
         query: &[f32],
-        limit: usize,
+        (limit, ef_search): (usize, usize),
         conditions: &str,
         params: &Params,
     ) -> Result<Vec<VectorHit>, StoreError> {
-        // pgvector returns at most ef_search rows from an index scan (1,000 at most).
-        let ef_search = (self.dense_state.ef_search.load(Relaxed) as usize)
-            .max(limit)
-            .min(1_000);
         let mut refs = params.as_refs();
         let query_vector = Vector::from(query.to_vec());
         let candidates = ef_search as i64;
@@ -719,4 +758,26 @@ fn hit_from_row(row: &tokio_postgres::Row) -> Result<VectorHit, StoreError> {
         similarity: -(distance as f32),
         truncated: row.get(18),
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::index_candidates;
+
+    #[test]
+    fn the_index_is_asked_for_enough_candidates_to_fill_the_scope_or_not_at_all() {
+        // The whole index is the scope: the configured list is long enough.
+        assert_eq!(index_candidates(100, 50_000, 50_000, 256), Some(256));
+        // A quarter of the vectors: 2 x 100 x 4 = 800 candidates.
+        assert_eq!(index_candidates(100, 25_000, 100_000, 256), Some(800));
+        // A tenth: 2,000 would be needed, more than pgvector returns, so exact search.
+        assert_eq!(index_candidates(100, 10_000, 100_000, 256), None);
+        // A small limit fits: 2 x 10 x 10 = 200, raised to the configured 256.
+        assert_eq!(index_candidates(10, 10_000, 100_000, 256), Some(256));
+        // Never more than pgvector's cap, whatever is configured.
+        assert_eq!(index_candidates(10, 100_000, 100_000, 5_000), Some(1_000));
+        // Counts out of step (the total read before the scope grew) never divide by zero.
+        assert_eq!(index_candidates(10, 0, 0, 256), None);
+        assert_eq!(index_candidates(10, 500, 100, 256), Some(256));
+    }
 }
