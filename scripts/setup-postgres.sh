@@ -26,6 +26,9 @@
 #                          16: the TLS test starts its server from here)
 #   ENGRAM_TEST_PG_OS_USER the system user servers must run as ("" when not root)
 #
+# Read: ENGRAM_PG_SHARED_BUFFERS (default 64MB, enough for the tests): a benchmark whose vector
+# index is larger gives the servers more, as a real deployment would (stop, then start).
+#
 # Anything that fails is reported on stderr with the reason and a non-zero exit: the tests never
 # skip because PostgreSQL is missing.
 set -euo pipefail
@@ -162,7 +165,7 @@ start_cluster() {
 listen_addresses = ''
 unix_socket_directories = '$socket'
 max_connections = 300
-shared_buffers = 64MB
+shared_buffers = ${ENGRAM_PG_SHARED_BUFFERS:-64MB}
 fsync = off
 synchronous_commit = off
 full_page_writes = off
