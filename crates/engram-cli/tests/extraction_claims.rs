@@ -1,8 +1,11 @@
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
-//! Two real `engram serve` processes on one home get the same conversation to extract at the
-//! same moment: one of them extracts it, the other says another process is doing it, and
-//! sending it again later adds nothing. The model is the scripted server, slow enough that the
-//! two requests overlap.
+//! Two real `engram serve` processes get the same conversation to extract at the same moment:
+//! one of them extracts it, the other says another process is doing it, and sending it again
+//! later adds nothing. Once on one home (SQLite), once with two homes (two machines, each with
+//! its own workspace) on one PostgreSQL database. The model is the scripted server, slow enough
+//! that the two requests overlap.
+
+mod common;
 
 use std::io::{BufRead, BufReader};
 use std::process::{Child, Command, Stdio};
@@ -24,9 +27,21 @@ impl Drop for Serve {
     }
 }
 
-fn serve(home: &std::path::Path, model: &ScriptedServer) -> Serve {
+/// `engram serve` on `home`, with the database of ENGRAM_DATABASE_URL when `database` names
+/// one, else the home's SQLite file.
+fn serve(home: &std::path::Path, database: Option<&str>, model: &ScriptedServer) -> Serve {
     let provider = Provider::OpenAi;
-    let mut child = Command::new(env!("CARGO_BIN_EXE_engram"))
+    std::fs::write(
+        home.join("config.toml"),
+        "[llm]\nmax_attempts = 1\n\n[memory]\nmodel_merge = false\n",
+    )
+    .unwrap();
+    let mut command = Command::new(env!("CARGO_BIN_EXE_engram"));
+    match database {
+        Some(url) => command.env("ENGRAM_DATABASE_URL", url),
+        None => command.env_remove("ENGRAM_DATABASE_URL"),
+    };
+    let mut child = command
         .arg("--home")
         .arg(home)
         .args(["serve", "--listen", "127.0.0.1:0"])
@@ -72,26 +87,42 @@ async fn post(url: String, body: Value) -> Value {
     response.json::<Value>().await.unwrap()
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn two_processes_extract_one_conversation_once() {
-    let home = tempfile::tempdir().unwrap();
-    std::fs::write(
-        home.path().join("config.toml"),
-        "[llm]\nmax_attempts = 1\n\n[memory]\nmodel_merge = false\n",
-    )
-    .unwrap();
-    // Two calls for one extraction, the first slow: if both processes extracted, the second
-    // would find no turn left and fail.
-    let model = ScriptedServer::spawn(vec![
+/// A model whose one extraction takes two calls, the first slow.
+fn slow_model() -> ScriptedServer {
+    ScriptedServer::spawn(vec![
         Turn::text(json!({"episodes": []}).to_string()).delay(Duration::from_millis(1500)),
         Turn::text(
             json!({"facts": [{"key": "pet", "value": "a cat called Miso"}], "preferences": []})
                 .to_string(),
         ),
     ])
-    .unwrap();
-    let first = serve(home.path(), &model);
-    let second = serve(home.path(), &model);
+    .unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_processes_extract_one_conversation_once() {
+    let home = tempfile::tempdir().unwrap();
+    let model = slow_model();
+    let first = serve(home.path(), None, &model);
+    let second = serve(home.path(), None, &model);
+    extract_once(&first, &second, &model).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_machines_on_one_postgresql_extract_one_conversation_once() {
+    let db = common::Database::new("claims");
+    let (home_a, home_b) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+    let model = slow_model();
+    let first = serve(home_a.path(), Some(&db.url), &model);
+    let second = serve(home_b.path(), Some(&db.url), &model);
+    extract_once(&first, &second, &model).await;
+}
+
+/// The same conversation sent to both servers at nearly the same moment is extracted by one;
+/// sent again, by nobody.
+async fn extract_once(first: &Serve, second: &Serve, model: &ScriptedServer) {
+    // Two calls for one extraction: if both processes extracted, the second would find no
+    // turn left and fail.
     let body = json!({"user_id": "u", "session_id": "s", "messages": [
         {"role": "user", "content": "I have a cat called Miso."}
     ]});

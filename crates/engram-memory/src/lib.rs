@@ -15,7 +15,6 @@
 //!   [`context`], [`mirror`], [`maintenance`] and the versioned [`prompts`]; [`grounding`]
 //!   keeps out what the user never said.
 
-pub mod claims;
 pub mod context;
 pub mod extract;
 pub mod grounding;

@@ -14,6 +14,7 @@ use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
+use engram_core::store::claims::{ClaimOutcome, ClaimStore};
 use engram_core::{
     AddOutcome, ChatModel, Filter, Importance, Kind, LlmError, Memory, MemoryStore, Message,
     MetaCondition, NewMemory, Scope, StoreError,
@@ -24,7 +25,6 @@ use jiff::tz::TimeZone;
 use serde::Serialize;
 use serde_json::{Value, json};
 
-use crate::claims::{ClaimLedger, ClaimOutcome, LedgerError};
 use crate::context::{ContextItem, ContextTimings, Section, assemble};
 use crate::extract::{
     self, ExtractedEpisode, ProfileUpdate, UnusableOutput, resolve_relative_dates,
@@ -51,6 +51,9 @@ const PROFILE_LIMIT: usize = 200;
 const KNOWN_SHOWN: usize = 40;
 /// Share of an episode's content words that must occur in the conversation.
 const EPISODE_MIN_SHARE: f64 = 0.6;
+/// How long a claim on messages holds without being finished before another process may
+/// extract them (its process is taken for dead): far longer than an extraction takes.
+pub const EXTRACTION_LEASE: std::time::Duration = std::time::Duration::from_secs(30 * 60);
 
 /// Settings, from `[memory]` in config.toml. Every field has a default.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, serde::Deserialize)]
@@ -96,9 +99,6 @@ pub enum MemoryError {
     /// A markdown file could not be read or written.
     #[error(transparent)]
     Mirror(#[from] MirrorError),
-    /// The extraction ledger could not be used.
-    #[error(transparent)]
-    Ledger(#[from] LedgerError),
     /// The model call failed.
     #[error("the memory model call failed: {0}")]
     Model(#[from] LlmError),
@@ -227,6 +227,7 @@ impl fmt::Display for MemoryOverview {
 /// Long-term memory for one user: store, retrieval, model and markdown files together.
 pub struct MemoryManager {
     store: Arc<dyn MemoryStore>,
+    claims: Arc<dyn ClaimStore>,
     searcher: Arc<Searcher>,
     model: Option<Arc<dyn ChatModel>>,
     mirror: MarkdownMirror,
@@ -253,10 +254,13 @@ impl fmt::Debug for MemoryManager {
 }
 
 impl MemoryManager {
-    /// A manager for `user`, with MEMORY.md and daily notes under `workspace/memory`. Without a
-    /// model there is no extraction, merging or compaction; the context still works.
+    /// A manager for `user`, with MEMORY.md and daily notes under `workspace/memory`, and
+    /// claims on the messages it extracts in `claims` (the same engine as `store`, so that
+    /// every process sharing the memories shares the claims). Without a model there is no
+    /// extraction, merging or compaction; the context still works.
     pub fn new(
         store: Arc<dyn MemoryStore>,
+        claims: Arc<dyn ClaimStore>,
         searcher: Arc<Searcher>,
         model: Option<Arc<dyn ChatModel>>,
         workspace: Workspace,
@@ -265,6 +269,7 @@ impl MemoryManager {
     ) -> Self {
         Self {
             store,
+            claims,
             searcher,
             model,
             mirror: MarkdownMirror::new(&workspace),
@@ -541,11 +546,12 @@ impl MemoryManager {
         }
     }
 
-    /// Extracts the messages of a session log that no process has extracted yet: claims them on
-    /// the workspace's ledger ([`crate::claims`]) from `already` (what the log records as
-    /// extracted) to the end, extracts what the claim grants, and marks it done (or gives it
-    /// back when extraction fails). Another process extracting the same messages at the same
-    /// time gets `skipped`, and so does a re-run over messages already extracted.
+    /// Extracts the messages of a session log that no process has extracted yet: claims them in
+    /// the store ([`ClaimStore`]; the stream is the session key, positions are messages) from
+    /// `already` (what the log records as extracted) to the end, extracts what the claim
+    /// grants, and marks it done (or gives it back when extraction fails). Another process
+    /// extracting the same messages at the same time, on this machine or another sharing the
+    /// store, gets `skipped`, and so does a re-run over messages already extracted.
     pub async fn extract_session(
         &self,
         messages: &[Message],
@@ -558,8 +564,9 @@ impl MemoryManager {
     }
 
     /// Extracts one batch of messages (what `POST /v1/memories` with `infer: true` receives),
-    /// once: the claim is on the session and a digest of the messages, so the same messages sent
-    /// again, or by two clients at once, are extracted by one of them only.
+    /// once: the claim is on the session and a digest of the messages (one stream of its own,
+    /// claimed whole), so the same messages sent again, or by two clients at once, are
+    /// extracted by one of them only.
     pub async fn extract_batch(
         &self,
         messages: &[Message],
@@ -588,20 +595,13 @@ impl MemoryManager {
         if self.model.is_none() {
             return self.extract_and_merge(messages, session_key, now).await;
         }
-        let ledger_path = self
-            .workspace
-            .resolve(&format!("logs/{}", crate::claims::LEDGER_FILE))
-            .map_err(|e| LedgerError {
-                action: "open",
-                path: self
-                    .workspace
-                    .root()
-                    .join("logs")
-                    .join(crate::claims::LEDGER_FILE),
-                source: std::io::Error::new(std::io::ErrorKind::PermissionDenied, e.to_string()),
-            })?;
-        let ledger = ClaimLedger::at(ledger_path);
-        let ticket = match ledger.claim(&self.user, stream, already, messages.len(), now)? {
+        let position = |i: usize| u64::try_from(i).unwrap_or(u64::MAX);
+        let wanted = position(already)..position(messages.len());
+        let ticket = match self
+            .claims
+            .claim(&self.user, stream, wanted, EXTRACTION_LEASE)
+            .await?
+        {
             ClaimOutcome::Granted(ticket) => ticket,
             ClaimOutcome::AlreadyDone => {
                 return Ok(ExtractionReport {
@@ -616,18 +616,24 @@ impl MemoryManager {
                 });
             }
         };
-        let range = ticket.from.min(messages.len())..ticket.to.min(messages.len());
+        let index = |p: u64| usize::try_from(p).unwrap_or(usize::MAX).min(messages.len());
+        let range = index(ticket.range.start)..index(ticket.range.end);
         match self
             .extract_and_merge(&messages[range.clone()], session_key, now)
             .await
         {
             Ok(mut report) => {
-                ledger.finish(&ticket, now)?;
+                if !self.claims.finish(&ticket).await? {
+                    tracing::warn!(
+                        stream,
+                        "the claim on these messages lapsed before their extraction ended; another process may have extracted them too"
+                    );
+                }
                 report.messages = Some([range.start, range.end]);
                 Ok(report)
             }
             Err(e) => {
-                if let Err(release) = ledger.release(&ticket, now) {
+                if let Err(release) = self.claims.release(&ticket).await {
                     tracing::warn!(error = %release, "an extraction claim could not be given back; it lapses after its lease");
                 }
                 Err(e)

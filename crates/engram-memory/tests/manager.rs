@@ -6,8 +6,8 @@ use std::path::PathBuf;
 use std::sync::Arc;
 
 use engram_core::{
-    ChatModel, ChatRequest, Clock, Filter, FixedClock, HistoryKind, Kind, Memory, MemoryStore,
-    Message,
+    Backend, ChatModel, ChatRequest, Clock, Filter, FixedClock, HistoryKind, Kind, Memory,
+    MemoryStore, Message,
 };
 use engram_llm::Provider;
 use engram_llm::scripted::{ScriptedServer, Turn};
@@ -35,7 +35,7 @@ impl World {
     fn new() -> Self {
         let dir = TempDir::new().unwrap();
         let clock = Arc::new(FixedClock::new(day_one()));
-        let store = open_store(&dir, &clock);
+        let store = open_store(&dir, &clock).memories;
         Self { dir, clock, store }
     }
 
@@ -45,11 +45,13 @@ impl World {
 
     /// A manager as a new process would build it (its own store handle).
     fn manager(&self, model: Option<Arc<dyn ChatModel>>, config: ManagerConfig) -> MemoryManager {
-        let store = open_store(&self.dir, &self.clock);
+        let backend = open_store(&self.dir, &self.clock);
+        let store = backend.memories;
         let searcher = Searcher::new(store.clone()).with_clock(self.clock.clone(), TimeZone::UTC);
         std::fs::create_dir_all(self.workspace()).unwrap();
         MemoryManager::new(
             store,
+            backend.claims,
             Arc::new(searcher),
             model,
             engram_workspace::Workspace::confined(self.workspace()).unwrap(),
@@ -77,17 +79,17 @@ impl World {
     }
 }
 
-fn open_store(dir: &TempDir, clock: &Arc<FixedClock>) -> Arc<dyn MemoryStore> {
-    Arc::new(
-        SqliteStore::open_with(
-            dir.path().join("engram.db"),
-            StoreOptions {
-                clock: clock.clone(),
-                ..StoreOptions::default()
-            },
-        )
-        .unwrap(),
+/// The stores of the world's database, opened as a new process would.
+fn open_store(dir: &TempDir, clock: &Arc<FixedClock>) -> Backend {
+    SqliteStore::open_with(
+        dir.path().join("engram.db"),
+        StoreOptions {
+            clock: clock.clone(),
+            ..StoreOptions::default()
+        },
     )
+    .unwrap()
+    .into_backend()
 }
 
 async fn scripted(provider: Provider, turns: Vec<Turn>) -> (ScriptedServer, Arc<dyn ChatModel>) {
@@ -1160,4 +1162,117 @@ async fn the_block_brings_back_relevant_and_recent_episodes_once_and_skips_trivi
         "{}",
         block.text
     );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn messages_are_extracted_once_whichever_process_asks() {
+    let world = World::new();
+    let nothing = || {
+        [
+            json_turn(json!({"episodes": []})),
+            profile_answer(json!([]), json!([])),
+        ]
+    };
+    let (server, model) = scripted(
+        Provider::OpenAi,
+        vec![
+            // Slow, so that the second process asks while the first extracts.
+            json_turn(json!({"episodes": []})).delay(std::time::Duration::from_millis(600)),
+            profile_answer(
+                json!([{"key": "pet", "value": "a cat called Miso"}]),
+                json!([]),
+            ),
+        ],
+    )
+    .await;
+    // Two processes: each manager has a store handle of its own on the same database.
+    let first = world.manager(Some(model.clone()), ManagerConfig::default());
+    let second = world.manager(Some(model.clone()), ManagerConfig::default());
+    let batch = said("I have a cat called Miso.");
+    let (a, b) = tokio::join!(first.extract_batch(&batch, "api", day_one()), async {
+        tokio::time::sleep(std::time::Duration::from_millis(150)).await;
+        second.extract_batch(&batch, "api", day_one()).await
+    });
+    let (a, b) = (a.unwrap(), b.unwrap());
+    assert_eq!(a.facts_added, 1, "{a:?}");
+    assert_eq!(a.messages, Some([0, 1]));
+    assert!(
+        b.skipped.as_deref().unwrap().contains("another process"),
+        "{b:?}"
+    );
+    assert_eq!(server.requests().len(), 2);
+    // The same messages again, through either: nothing asked of the model, nothing added.
+    for manager in [&first, &second] {
+        let again = manager
+            .extract_batch(&batch, "api", day_one())
+            .await
+            .unwrap();
+        assert!(again.skipped.unwrap().contains("already extracted"));
+    }
+    assert_eq!(server.requests().len(), 2);
+    assert_eq!(world.current(&[Kind::Fact]).await.len(), 1);
+
+    // An extraction that fails gives its messages back at once.
+    let moved = said("I moved to Lisbon last month.");
+    server.push(Turn::unauthorized());
+    assert!(first.extract_batch(&moved, "api", day_one()).await.is_err());
+    server.push_all([
+        json_turn(json!({"episodes": []})),
+        profile_answer(json!([{"key": "city", "value": "Lisbon"}]), json!([])),
+    ]);
+    let retried = second
+        .extract_batch(&moved, "api", day_one())
+        .await
+        .unwrap();
+    assert_eq!(retried.facts_added, 1, "{retried:?}");
+
+    // A session's messages are claimed in order: what is new after the last extraction only.
+    let session = session_one();
+    server.push_all(nothing());
+    let early = first
+        .extract_session(&session[..4], "cli:one", 0, day_one())
+        .await
+        .unwrap();
+    assert_eq!(early.messages, Some([0, 4]));
+    server.push_all(nothing());
+    let rest = second
+        .extract_session(&session, "cli:one", 0, day_one())
+        .await
+        .unwrap();
+    assert_eq!(rest.messages, Some([4, 8]));
+    let requests = server.requests().len();
+    let again = first
+        .extract_session(&session, "cli:one", 0, day_one())
+        .await
+        .unwrap();
+    assert!(again.skipped.unwrap().contains("already extracted"));
+    assert_eq!(server.requests().len(), requests);
+
+    // A process that died holding a claim: its messages wait for the lease, then are extracted.
+    let claims = open_store(&world.dir, &world.clock).claims;
+    let outcome = claims
+        .claim(
+            USER,
+            "cli:two",
+            0..2,
+            engram_memory::manager::EXTRACTION_LEASE,
+        )
+        .await
+        .unwrap();
+    assert!(matches!(
+        outcome,
+        engram_core::store::claims::ClaimOutcome::Granted(_)
+    ));
+    let waiting = first
+        .extract_session(&session[..2], "cli:two", 0, day_one())
+        .await
+        .unwrap();
+    assert!(waiting.skipped.unwrap().contains("another process"));
+    world.clock.advance(SignedDuration::from_mins(31));
+    server.push_all(nothing());
+    let taken = second
+        .extract_session(&session[..2], "cli:two", 0, day_one())
+        .await
+        .unwrap();
+    assert_eq!(taken.messages, Some([0, 2]));
 }

@@ -7,6 +7,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use axum::Router;
+use engram_core::store::claims::ClaimStore;
 use engram_core::store::graph::GraphStore;
 use engram_core::store::tokens::TokenStore;
 use engram_core::{Backend, MemoryStore};
@@ -61,6 +62,8 @@ pub struct Stores {
     pub tokens: Arc<dyn TokenStore>,
     /// The knowledge graphs.
     pub graph: Arc<dyn GraphStore>,
+    /// Claims on the messages extraction works on (`infer: true`).
+    pub claims: Arc<dyn ClaimStore>,
 }
 
 impl std::fmt::Debug for Stores {
@@ -77,6 +80,7 @@ impl Stores {
             searcher,
             tokens: backend.tokens.clone(),
             graph: backend.graph.clone(),
+            claims: backend.claims.clone(),
         }
     }
 
@@ -94,6 +98,7 @@ impl Stores {
         );
         MemoryService::new(
             self.memories.clone(),
+            self.claims.clone(),
             self.searcher.clone(),
             self.tokens.clone(),
             knowledge,

@@ -9,6 +9,7 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use engram_core::store::MemoryPatch;
+use engram_core::store::claims::ClaimStore;
 use engram_core::store::tokens::TokenStore;
 use engram_core::{
     AddOutcome, ChatModel, DayCount, Filter, HistoryEvent, Memory, MemoryId, MemoryStore, Message,
@@ -34,6 +35,7 @@ const EXPORT_BUFFER_LINES: usize = 256;
 #[derive(Clone)]
 pub struct MemoryService {
     store: Arc<dyn MemoryStore>,
+    claims: Arc<dyn ClaimStore>,
     searcher: Searcher,
     tokens: Arc<dyn TokenStore>,
     knowledge: KnowledgeBase,
@@ -97,10 +99,11 @@ pub fn default_concurrency() -> usize {
 }
 
 impl MemoryService {
-    /// A service over these parts; `searcher` must search `store`, and `tokens` and
+    /// A service over these parts; `searcher` must search `store`, and `claims`, `tokens` and
     /// `knowledge` must use the same database.
     pub fn new(
         store: Arc<dyn MemoryStore>,
+        claims: Arc<dyn ClaimStore>,
         searcher: Searcher,
         tokens: Arc<dyn TokenStore>,
         knowledge: KnowledgeBase,
@@ -108,6 +111,7 @@ impl MemoryService {
     ) -> Self {
         Self {
             store,
+            claims,
             searcher,
             tokens,
             knowledge,
@@ -152,6 +156,7 @@ impl MemoryService {
         };
         let manager = MemoryManager::new(
             self.store.clone(),
+            self.claims.clone(),
             Arc::new(self.searcher.clone()),
             Some(extraction.model.clone()),
             extraction.workspace.clone(),

@@ -75,8 +75,9 @@ struct Report {
 pub fn run(ctx: &Context, args: BenchContextArgs) -> Result<Status> {
     let dir = tempfile::tempdir().context("cannot create a temporary directory")?;
     let runtime = ctx.runtime()?;
-    let store: Arc<dyn MemoryStore> =
-        engram_backend::open_blocking(&StoreConfig::sqlite(dir.path().join("engram.db")))?.memories;
+    let backend =
+        engram_backend::open_blocking(&StoreConfig::sqlite(dir.path().join("engram.db")))?;
+    let store: Arc<dyn MemoryStore> = backend.memories.clone();
     let now = Timestamp::now();
     let mut rng = SplitMix(0x5eed_c0de);
     let vocabulary = Vocabulary::new(20_000, &mut rng);
@@ -97,6 +98,7 @@ pub fn run(ctx: &Context, args: BenchContextArgs) -> Result<Status> {
     };
     let manager = Arc::new(MemoryManager::new(
         store.clone(),
+        backend.claims.clone(),
         searcher,
         Some(model),
         engram_agent::tools::Workspace::confined(&workspace)?,

@@ -163,10 +163,12 @@ pub fn prepare_with_memory(
         status: Status::Usage,
         message: e.in_file(&setup.config.path).to_string(),
     })?;
-    let store = ctx.memories()?;
+    let backend = ctx.backend()?;
+    let store = backend.memories.clone();
     let searcher = Arc::new(crate::retrieval::searcher(ctx, store.clone(), None, None)?);
     let manager = Arc::new(MemoryManager::new(
         store,
+        backend.claims.clone(),
         searcher,
         Some(model.clone()),
         setup.workspace.clone(),
@@ -319,9 +321,9 @@ pub async fn memory_block(manager: &MemoryManager, input: &str) -> Vec<Message> 
     }
 }
 
-/// Extracts memories from the session's messages after the last extraction (claimed on the
-/// workspace's ledger, so another process never extracts the same messages) and marks them done
-/// in the session file. `None` when there was nothing new.
+/// Extracts memories from the session's messages after the last extraction (claimed in the
+/// store, so another process, here or on another machine sharing the store, never extracts the
+/// same messages) and marks them done in the session log. `None` when there was nothing new.
 async fn extract_pending(
     manager: &MemoryManager,
     session: &Session,
