@@ -110,12 +110,15 @@ pub async fn vectors_are_found_by_similarity_within_the_filter(engine: &dyn Engi
 }
 
 /// A model keeps the dimension it was first given; another model's vectors never answer for
-/// it; a query of the wrong length is refused.
+/// it (nor say it has any); a query of the wrong length is refused.
 pub async fn a_model_keeps_its_dimension_and_spaces_never_mix(engine: &dyn Engine) {
     let (backend, _) = open(engine).await;
     let store = &*backend.memories;
     add(store, "u", "x").await;
+    assert!(!store.has_vectors("toy").await.unwrap());
     embed_all(store, "toy", toy).await;
+    assert!(store.has_vectors("toy").await.unwrap());
+    assert!(!store.has_vectors("other-model").await.unwrap());
     assert!(
         store
             .texts_without_vectors("toy", None, 10)

@@ -799,8 +799,9 @@ impl PgStore {
         }
         let uuids: Vec<uuid::Uuid> = ids.iter().map(|id| *id.as_uuid()).collect();
         let client = self.client().await?;
-        let rows = client
-            .query(
+        // Prepared once per connection: every hybrid search asks this.
+        let statement = client
+            .prepare_cached(
                 "SELECT q.i, p.id FROM unnest($1::uuid[]) WITH ORDINALITY AS q(id, i) \
                  JOIN memories m ON m.id = q.id AND m.user_id = $2 \
                      AND m.kind = 'episode' AND m.session_id IS NOT NULL \
@@ -810,8 +811,11 @@ impl PgStore {
                      AND (p.created_at < m.created_at \
                           OR (p.created_at = m.created_at AND p.doc < m.doc)) \
                      ORDER BY p.created_at DESC, p.doc DESC LIMIT 1) p",
-                &[&uuids, &user_id],
             )
+            .await
+            .map_err(|e| self.err(e))?;
+        let rows = client
+            .query(&statement, &[&uuids, &user_id])
             .await
             .map_err(|e| self.err(e))?;
         let mut out = vec![None; ids.len()];

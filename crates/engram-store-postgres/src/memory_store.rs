@@ -147,6 +147,10 @@ impl MemoryStore for PgStore {
         PgStore::vector_models(self).await
     }
 
+    async fn has_vectors(&self, model: &str) -> Result<bool, StoreError> {
+        PgStore::has_vectors(self, model).await
+    }
+
     async fn previous_turns(
         &self,
         user_id: &str,

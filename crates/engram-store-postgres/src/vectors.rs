@@ -486,6 +486,18 @@ impl PgStore {
         Ok(row.get::<_, i64>(0).max(0) as u64)
     }
 
+    /// See [`engram_core::MemoryStore::has_vectors`].
+    pub(crate) async fn has_vectors(&self, model: &str) -> Result<bool, StoreError> {
+        let client = self.client().await?;
+        let map = |e: tokio_postgres::Error| self.err(e);
+        let statement = client
+            .prepare_cached("SELECT EXISTS (SELECT 1 FROM embeddings WHERE model = $1)")
+            .await
+            .map_err(map)?;
+        let row = client.query_one(&statement, &[&model]).await.map_err(map)?;
+        Ok(row.get(0))
+    }
+
     /// See [`engram_core::MemoryStore::vector_models`].
     pub(crate) async fn vector_models(&self) -> Result<Vec<VectorModelStats>, StoreError> {
         let client = self.client().await?;

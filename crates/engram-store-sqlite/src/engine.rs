@@ -264,6 +264,11 @@ impl MemoryStore for SqliteStore {
         self.run(|db| db.vector_models()).await
     }
 
+    async fn has_vectors(&self, model: &str) -> Result<bool, StoreError> {
+        let model = model.to_string();
+        self.run(move |db| db.has_vectors(&model)).await
+    }
+
     async fn previous_turns(
         &self,
         user_id: &str,

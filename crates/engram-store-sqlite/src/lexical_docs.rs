@@ -64,13 +64,15 @@ pub(crate) struct UserDocs {
     load: u64,
 }
 
+/// The facts of a user's memories, all of them read from the index that holds them
+/// (`memories_user_facts`, schema migration 13) without touching the table's rows.
+pub(crate) const FACTS_SQL: &str = "SELECT rowid, created_at, valid_to, expires_at, body_terms, kind, \
+     importance FROM memories WHERE user_id = ?1";
+
 impl UserDocs {
     /// Reads every memory of `user_id`, current and closed.
     fn load(conn: &Connection, user_id: &str, generation: i64) -> rusqlite::Result<Self> {
-        let mut stmt = conn.prepare_cached(
-            "SELECT rowid, created_at, valid_to, expires_at, body_terms, kind, importance \
-             FROM memories WHERE user_id = ?1",
-        )?;
+        let mut stmt = conn.prepare_cached(FACTS_SQL)?;
         let mut docs = Vec::new();
         let mut rows = stmt.query([user_id])?;
         while let Some(row) = rows.next()? {

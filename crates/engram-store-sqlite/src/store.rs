@@ -1764,6 +1764,15 @@ impl Database {
         })
     }
 
+    /// Whether any vector of `model` is stored (one probe of the (model, hash) index).
+    pub fn has_vectors(&self, model: &str) -> Result<bool, StoreError> {
+        self.read(|conn| {
+            conn.prepare_cached("SELECT EXISTS (SELECT 1 FROM embeddings WHERE model = ?1)")
+                .and_then(|mut s| s.query_row([model], |r| r.get(0)))
+                .map_err(|e| self.err(e))
+        })
+    }
+
     /// See [`engram_core::MemoryStore::vector_models`].
     pub fn vector_models(&self) -> Result<Vec<VectorModelStats>, StoreError> {
         self.read(|conn| {

@@ -604,8 +604,12 @@ pub trait MemoryStore: Send + Sync {
         limit: usize,
     ) -> Result<Vec<VectorHit>, StoreError>;
 
-    /// Which models have vectors here, and how many.
+    /// Which models have vectors here, and how many (counting them reads every vector's key).
     async fn vector_models(&self) -> Result<Vec<VectorModelStats>, StoreError>;
+
+    /// Whether any vector of `model` is stored: what a search asks before it embeds the
+    /// query, answered from the first key of the model's index instead of counting them all.
+    async fn has_vectors(&self, model: &str) -> Result<bool, StoreError>;
 
     /// For each of `ids` (memories of `user_id`), the turn just before it in its conversation:
     /// the latest episode of the same user and session created before it, or at the same time
