@@ -338,6 +338,23 @@ async fn a_sqlite_store_copied_to_postgresql_and_back_is_the_same() {
     assert!(expected.iter().all(|(_, records)| !records.is_empty()));
     assert_eq!(everything(&*pg).await, expected);
     assert_eq!(everything(&*back.transfer).await, expected);
+    // The copy leaves the planner statistics and a visibility map behind it (a table never
+    // analysed has reltuples -1; one never vacuumed has no page marked all-visible).
+    let client = db.connect().await;
+    let row = client
+        .query_one(
+            "SELECT c.reltuples, c.relpages, c.relallvisible FROM pg_class c \
+             WHERE c.oid = to_regclass('memories')",
+            &[],
+        )
+        .await
+        .unwrap();
+    let (tuples, pages, visible): (f32, i32, i32) = (row.get(0), row.get(1), row.get(2));
+    assert!(tuples > 0.0, "memories not analysed: reltuples {tuples}");
+    assert!(
+        pages > 0 && visible > 0,
+        "{visible} of {pages} pages all-visible"
+    );
     // The same answers where the index is what a rebuild gives (see above).
     let pg_backend = pg.clone().backend();
     for (a, b) in [(&original, &pg_backend), (&pg_backend, &back)] {
