@@ -616,9 +616,19 @@ struct Clause {
     /// to "to" ("moved from Leeds to Glasgow", "switched from vim to helix"), or after a verb
     /// of leaving ("I left Northwind last month").
     left: HashSet<String>,
-    /// When the clause's subject is someone else: the terms naming them ("colleagu",
-    /// "priyanka"; for a pronoun, whom the clause before it spoke of).
-    others: Option<HashSet<String>>,
+    /// When the clause's subject is someone else: who (for a pronoun, whom the clause before
+    /// it spoke of).
+    others: Option<Person>,
+}
+
+/// Someone the user speaks of: "my colleague Priyanka", "meine Tochter".
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct Person {
+    /// The terms naming them ("colleagu", "priyanka").
+    terms: HashSet<String>,
+    /// The relation as written, lowercase ("colleague", "tochter"): what an entry about them
+    /// is filed under.
+    relation: String,
 }
 
 /// A conversation prepared for grounding checks.
@@ -760,8 +770,8 @@ fn first_person(word: &str) -> bool {
 fn someone_else(
     words: &[String],
     written: &[String],
-    antecedent: Option<&HashSet<String>>,
-) -> Option<HashSet<String>> {
+    antecedent: Option<&Person>,
+) -> Option<Person> {
     if words.iter().any(|w| first_person(w)) {
         return None;
     }
@@ -784,7 +794,7 @@ fn someone_else(
 /// "my colleague Priyanka", "meine Schwester", "mon mari", "mi hija" at `at`: a possessive,
 /// at most one word (an adjective: "my older sister") before a relation ([`RELATIONS`]), and
 /// a name written with a capital after it. The terms of the relation and the name.
-fn relation_at(words: &[String], written: &[String], at: usize) -> Option<HashSet<String>> {
+fn relation_at(words: &[String], written: &[String], at: usize) -> Option<Person> {
     if !words
         .get(at)
         .is_some_and(|w| POSSESSIVES.contains(&w.as_str()))
@@ -801,16 +811,15 @@ fn relation_at(words: &[String], written: &[String], at: usize) -> Option<HashSe
     {
         named.push(name);
     }
-    Some(all_terms(&named.join(" ")))
+    Some(Person {
+        terms: all_terms(&named.join(" ")),
+        relation: words[relation].clone(),
+    })
 }
 
 /// Whom a clause speaks of, for a pronoun in the next one: its subject when that is someone
 /// else, or else the first relation it names anywhere ("a message for my sister Carla").
-fn spoken_of(
-    words: &[String],
-    written: &[String],
-    others: &Option<HashSet<String>>,
-) -> Option<HashSet<String>> {
+fn spoken_of(words: &[String], written: &[String], others: &Option<Person>) -> Option<Person> {
     others
         .clone()
         .or_else(|| (0..words.len()).find_map(|at| relation_at(words, written, at)))
@@ -936,7 +945,7 @@ impl Grounding {
             }
             user_terms.extend(all_terms(text));
             // Whom a pronoun refers to: whom the clause before it, in the same message, spoke of.
-            let mut antecedent: Option<HashSet<String>> = None;
+            let mut antecedent: Option<Person> = None;
             for sentence in sentences(text) {
                 let sentence_index = sentences_out.len();
                 let question = sentence.ends_with('?') || sentence.ends_with('？');
@@ -992,7 +1001,7 @@ impl Grounding {
         clause
             .others
             .as_ref()
-            .is_none_or(|others| !others.is_disjoint(about))
+            .is_none_or(|others| !others.terms.is_disjoint(about))
     }
 
     /// Whether the user's words support `entry`, and which sentence does best.
@@ -1004,6 +1013,47 @@ impl Grounding {
         let mut about: HashSet<String> = terms.iter().cloned().collect();
         about.extend(content_terms(&entry.key.replace('_', " ")));
         self.statement(&terms, denies(&plain_words(&entry.value)), &about)
+    }
+
+    /// `entry` filed under the person it is about, when the user's words say it of someone
+    /// else and the model left them out of the key: `allergy: peanuts`, from "my daughter
+    /// Ines is allergic to peanuts", becomes `daughter_allergy: peanuts` (the relation as the
+    /// user wrote it). `None` unless the entry is refused as about someone else, the clauses
+    /// stating its terms all speak of one relation, the key names no relation of its own, and
+    /// the entry so filed is supported.
+    pub fn filed_under_person(&self, entry: &ProfileEntry) -> Option<ProfileEntry> {
+        if !matches!(
+            self.profile_entry(entry),
+            Err(Rejection::AboutSomeoneElse(_))
+        ) {
+            return None;
+        }
+        let key_words = plain_words(&entry.key.replace('_', " "));
+        if key_words.iter().any(|w| RELATIONS.contains(&w.as_str())) {
+            return None;
+        }
+        let mut terms = content_terms(&entry.value);
+        if terms.is_empty() {
+            terms = content_terms(&entry.key.replace('_', " "));
+        }
+        let mut relation: Option<&str> = None;
+        for clause in &self.clauses {
+            let Some(person) = &clause.others else {
+                continue;
+            };
+            if clause.asked_or_supposed || !terms.iter().any(|t| clause.terms.contains(t)) {
+                continue;
+            }
+            match relation {
+                Some(r) if r != person.relation => return None,
+                _ => relation = Some(&person.relation),
+            }
+        }
+        let filed = ProfileEntry {
+            key: format!("{}_{}", relation?, entry.key),
+            value: entry.value.clone(),
+        };
+        self.profile_entry(&filed).is_ok().then_some(filed)
     }
 
     /// Whether the user stated something with all of `terms`; `negative` when what is checked
@@ -1732,6 +1782,54 @@ mod tests {
         ));
         let g = Grounding::new(&[Message::user("My sister dropped Java.")], "");
         assert!(g.revokes(&content_terms("Java")).is_err());
+    }
+
+    #[test]
+    fn what_the_user_said_of_someone_else_is_filed_under_them() {
+        let filed = |talk: &[Message], key: &str, value: &str| {
+            Grounding::new(talk, "")
+                .filed_under_person(&entry(key, value))
+                .map(|e| e.key)
+        };
+        let ines = [Message::user(
+            "Please remember: my daughter Ines is allergic to peanuts.",
+        )];
+        assert_eq!(
+            filed(&ines, "allergy", "peanuts").as_deref(),
+            Some("daughter_allergy")
+        );
+        // Already theirs, or the user's own: nothing to file.
+        assert_eq!(filed(&ines, "daughter_allergy", "peanuts"), None);
+        let own = [Message::user("I am allergic to peanuts.")];
+        assert_eq!(filed(&own, "allergy", "peanuts"), None);
+        // Through a pronoun, and in another language, as the user wrote the relation.
+        let priyanka = [Message::user(
+            "My colleague Priyanka is a frontend developer and she swears by Svelte.",
+        )];
+        assert_eq!(
+            filed(&priyanka, "tools", "Svelte").as_deref(),
+            Some("colleague_tools")
+        );
+        let hermana = [Message::user("Mi hermana vive en Sevilla.")];
+        assert_eq!(
+            filed(&hermana, "ciudad", "Sevilla").as_deref(),
+            Some("hermana_ciudad")
+        );
+        // A key naming another relation is not refiled, nor what two people are said to do.
+        let anna = [Message::user("My colleague Anna is a product manager.")];
+        assert_eq!(filed(&anna, "sister_role", "product manager"), None);
+        let two = [Message::user(
+            "My sister lives in Lyon. My brother lives in Lyon too.",
+        )];
+        assert_eq!(filed(&two, "city", "Lyon"), None);
+        // What the user only asked about, or only the assistant said, stays refused.
+        let asked = [Message::user("Is my daughter allergic to peanuts?")];
+        assert_eq!(filed(&asked, "allergy", "peanuts"), None);
+        let assistant = [
+            Message::user("My daughter Ines starts school soon."),
+            Message::assistant("Many schools are strict about peanuts."),
+        ];
+        assert_eq!(filed(&assistant, "allergy", "peanuts"), None);
     }
 
     #[test]

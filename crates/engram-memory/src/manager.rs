@@ -729,6 +729,9 @@ impl MemoryManager {
                 .map(|e| (Kind::Preference, e)),
         );
         for (kind, entry) in entries {
+            // What the user said of someone else is kept as theirs, when the model left them
+            // out of the key ("daughter_allergy", not the user's "allergy").
+            let entry = grounding.filed_under_person(&entry).unwrap_or(entry);
             match grounding.profile_entry(&entry) {
                 Ok(support) => grounded.push(GroundedEntry {
                     kind,

@@ -837,7 +837,8 @@ async fn a_loss_or_a_move_in_other_words_closes_and_what_others_do_is_not_learne
                        {"key": "role", "value": "backend developer"}]),
                 json!([]),
             ),
-            // A small model's answers: nothing ended, and what a colleague uses as the user's.
+            // A small model's answers: nothing ended, and what a colleague uses as the user's
+            // (filed under the colleague), or as someone else's (refused).
             json_turn(json!({"episodes": []})),
             profile_answer(json!([]), json!([])),
             json_turn(json!({"episodes": []})),
@@ -846,6 +847,7 @@ async fn a_loss_or_a_move_in_other_words_closes_and_what_others_do_is_not_learne
             profile_answer(
                 json!([{"key": "tools", "value": "Svelte"},
                        {"key": "role", "value": "frontend developer"},
+                       {"key": "sister_editor", "value": "Svelte"},
                        {"key": "colleague", "value": "Priyanka"}]),
                 json!([]),
             ),
@@ -902,10 +904,7 @@ async fn a_loss_or_a_move_in_other_words_closes_and_what_others_do_is_not_learne
         .collect();
     assert_eq!(
         codes,
-        vec![
-            ("tools: Svelte", "about_someone_else"),
-            ("role: frontend developer", "about_someone_else"),
-        ]
+        vec![("sister_editor: Svelte", "about_someone_else")]
     );
     let log = std::fs::read_to_string(report.rejected_log.unwrap()).unwrap();
     assert!(log.contains("the user said it of someone else"), "{log}");
@@ -918,7 +917,12 @@ async fn a_loss_or_a_move_in_other_words_closes_and_what_others_do_is_not_learne
     profile.sort();
     assert_eq!(
         profile,
-        vec!["colleague: Priyanka", "role: backend developer"]
+        vec![
+            "colleague: Priyanka",
+            "colleague_role: frontend developer",
+            "colleague_tools: Svelte",
+            "role: backend developer"
+        ]
     );
     let closed: Vec<Memory> = world
         .everything(&[Kind::Fact])

@@ -762,6 +762,31 @@ mod tests {
     }
 
     #[test]
+    fn what_the_user_said_of_someone_else_counts_when_it_is_filed_under_them() {
+        let data = load(
+            &Path::new(env!("CARGO_MANIFEST_DIR"))
+                .join("../../")
+                .join(DEFAULT_DATA),
+        )
+        .unwrap();
+        let mixed = data.iter().find(|c| c.id == "mixed-1").unwrap();
+        let new = [
+            "colleague: Priyanka",
+            "colleague_role: frontend developer",
+            "colleague_tools: Svelte",
+            "tools: Svelte",
+            "role: frontend developer",
+        ]
+        .map(String::from);
+        let s = score(mixed, &new, &new);
+        assert_eq!(s.supported, 3);
+        assert_eq!(
+            s.invented,
+            vec!["tools: Svelte", "role: frontend developer"]
+        );
+    }
+
+    #[test]
     fn bad_data_is_named_by_line() {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("d.jsonl");
