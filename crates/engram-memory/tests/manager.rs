@@ -902,10 +902,7 @@ async fn a_loss_or_a_move_in_other_words_closes_and_what_others_do_is_not_learne
         .iter()
         .map(|r| (r.text.as_str(), r.code.as_str()))
         .collect();
-    assert_eq!(
-        codes,
-        vec![("sister_editor: Svelte", "about_someone_else")]
-    );
+    assert_eq!(codes, vec![("sister_editor: Svelte", "about_someone_else")]);
     let log = std::fs::read_to_string(report.rejected_log.unwrap()).unwrap();
     assert!(log.contains("the user said it of someone else"), "{log}");
     let mut profile: Vec<String> = world

@@ -732,9 +732,5 @@ async fn messages_with_infer_go_through_extraction_and_merging() {
         .iter()
         .map(|r| (r["text"].as_str().unwrap(), r["code"].as_str().unwrap()))
         .collect();
-    assert_eq!(
-        rejected,
-        vec![("location: Munich", "not_said")],
-        "{body}"
-    );
+    assert_eq!(rejected, vec![("location: Munich", "not_said")], "{body}");
 }

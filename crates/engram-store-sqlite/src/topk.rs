@@ -15,7 +15,7 @@
 //! the one at its list's position, summed in the same order).
 
 use std::cmp::Ordering;
-use std::collections::{BinaryHeap, HashSet};
+use std::collections::BinaryHeap;
 
 /// One query alternative's contribution to the score of each document that has it.
 #[derive(Debug, Clone, Default)]
@@ -109,7 +109,15 @@ pub(crate) fn top_k(
         return Vec::new();
     }
     let mut positions = vec![0usize; lists.len()];
-    let mut seen: HashSet<u32> = HashSet::new();
+    // A bit per document met. Documents are positions among the user's facts, dense from 0,
+    // and a common word's search meets thousands of them: hashing each into a set cost 15%
+    // of the batch form's time.
+    let universe = lists
+        .iter()
+        .filter_map(|l| l.docs.last())
+        .max()
+        .map_or(0, |&d| d as usize + 1);
+    let mut seen = vec![0u64; universe.div_ceil(64)];
     // The k best so far, the worst on top.
     let mut best: BinaryHeap<std::cmp::Reverse<Ranked>> = BinaryHeap::with_capacity(k + 1);
     loop {
@@ -136,7 +144,12 @@ pub(crate) fn top_k(
         };
         let (_, doc) = lists[list].by_impact[positions[list]];
         positions[list] += 1;
-        if !seen.insert(doc) || !admits(doc) {
+        let (word, bit) = (doc as usize / 64, 1u64 << (doc % 64));
+        if seen[word] & bit != 0 {
+            continue;
+        }
+        seen[word] |= bit;
+        if !admits(doc) {
             continue;
         }
         let ranked = Ranked {
