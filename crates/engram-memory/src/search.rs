@@ -396,13 +396,24 @@ impl Searcher {
         entries: &[Candidate],
     ) -> Result<Vec<[Option<usize>; 2]>, SearchError> {
         let mut out = vec![[None; 2]; entries.len()];
+        let session = |i: usize| {
+            let memory = &entries[i].memory;
+            (memory.kind == engram_core::Kind::Episode)
+                .then_some(memory.scope.session_id.as_deref())
+                .flatten()
+        };
+        // A turn's neighbour is a candidate of its own session: only sessions with two
+        // candidate turns can have any, and most searches have none (no store call then).
+        let mut per_session: HashMap<&str, usize> = HashMap::new();
+        for i in 0..entries.len() {
+            if let Some(s) = session(i) {
+                *per_session.entry(s).or_default() += 1;
+            }
+        }
         let turns: Vec<usize> = (0..entries.len())
-            .filter(|&i| {
-                let memory = &entries[i].memory;
-                memory.kind == engram_core::Kind::Episode && memory.scope.session_id.is_some()
-            })
+            .filter(|&i| session(i).is_some_and(|s| per_session[s] >= 2))
             .collect();
-        if turns.len() < 2 {
+        if turns.is_empty() {
             return Ok(out);
         }
         let ids: Vec<MemoryId> = turns.iter().map(|&i| entries[i].memory.id).collect();
