@@ -1050,7 +1050,7 @@ impl Grounding {
             }
         }
         let filed = ProfileEntry {
-            key: format!("{}_{}", relation?, entry.key),
+            key: crate::extract::normalize_key(&format!("{}_{}", relation?, entry.key))?,
             value: entry.value.clone(),
         };
         self.profile_entry(&filed).is_ok().then_some(filed)
