@@ -78,7 +78,11 @@ impl UserDocs {
         while let Some(row) = rows.next()? {
             let valid_to: Option<i64> = row.get(2)?;
             let expires_at: Option<i64> = row.get(3)?;
-            let kind: String = row.get(5)?;
+            // Borrowed, not copied into a String per row: the load reads every row of a user.
+            let kind = match row.get_ref(5)? {
+                rusqlite::types::ValueRef::Text(text) => std::str::from_utf8(text).ok(),
+                _ => None,
+            };
             docs.push(DocFacts {
                 rowid: row.get(0)?,
                 created_at: row.get(1)?,
@@ -87,7 +91,7 @@ impl UserDocs {
                     .min(expires_at.unwrap_or(i64::MAX)),
                 length: u32::try_from(row.get::<_, i64>(4)?).unwrap_or(u32::MAX),
                 // A kind this build does not know matches no kind filter.
-                kind: kind_index(&kind).unwrap_or(u8::MAX),
+                kind: kind.and_then(kind_index).unwrap_or(u8::MAX),
                 importance: u8::try_from(row.get::<_, i64>(6)?).unwrap_or(0),
             });
         }

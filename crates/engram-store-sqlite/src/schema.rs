@@ -512,4 +512,30 @@ mod tests {
             vec!["SEARCH memories USING COVERING INDEX memories_user_facts (user_id=?)"]
         );
     }
+
+    #[test]
+    fn candidates_the_facts_do_not_cover_are_read_by_row_not_by_walking_the_user() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("engram.db");
+        drop(Database::open(&path).unwrap());
+        let conn = Connection::open(&path).unwrap();
+        let (conditions, values) =
+            crate::rows::filter_sql(&Filter::user("u"), jiff::Timestamp::now()).unwrap();
+        let mut params = vec![rusqlite::types::Value::Text("[1, 2, 3]".into())];
+        params.extend(values);
+        let plan: Vec<String> = conn
+            .prepare(&format!(
+                "EXPLAIN QUERY PLAN {}",
+                crate::store::facts_by_row_sql(&conditions)
+            ))
+            .unwrap()
+            .query_map(rusqlite::params_from_iter(params), |r| r.get(3))
+            .unwrap()
+            .collect::<Result<_, _>>()
+            .unwrap();
+        assert_eq!(
+            plan[0], "SEARCH m USING INTEGER PRIMARY KEY (rowid=?)",
+            "{plan:?}"
+        );
+    }
 }

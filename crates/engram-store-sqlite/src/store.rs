@@ -79,6 +79,16 @@ pub const ENGINE: &str = "sqlite";
 /// Upper bound on idle read connections kept for reuse.
 const MAX_IDLE_READERS: usize = 8;
 
+/// The length and creation time of the rows in a JSON list of row ids that pass `conditions`.
+/// By row: left to itself, the planner walks the user's index (all 100k entries of a large
+/// user: 14 ms of a rare word's one-shot search) and tests each entry against the list.
+pub(crate) fn facts_by_row_sql(conditions: &str) -> String {
+    format!(
+        "SELECT m.rowid, m.body_terms, m.created_at FROM memories m NOT INDEXED \
+         WHERE m.rowid IN (SELECT value FROM json_each(?)) AND {conditions}"
+    )
+}
+
 impl Database {
     /// Opens (creating if needed) the database at `path` with default options.
     pub fn open(path: impl AsRef<Path>) -> Result<Self, StoreError> {
@@ -572,10 +582,7 @@ impl Database {
         }
         // ... and from the table for the rest (and for rows added since the facts were read).
         if !unknown.is_empty() {
-            let sql = format!(
-                "SELECT m.rowid, m.body_terms, m.created_at FROM memories m \
-                 WHERE m.rowid IN (SELECT value FROM json_each(?)) AND {conditions}"
-            );
+            let sql = facts_by_row_sql(conditions);
             let ids = serde_json::to_string(&unknown).unwrap_or_else(|_| "[]".to_string());
             let mut values = Vec::with_capacity(filter_values.len() + 1);
             values.push(Value::Text(ids));
