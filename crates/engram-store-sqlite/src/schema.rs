@@ -375,6 +375,16 @@ mod tests {
         (closed, current)
     }
 
+    /// The steps SQLite's planner chooses for `sql`.
+    fn query_plan(conn: &Connection, sql: &str, params: impl rusqlite::Params) -> Vec<String> {
+        conn.prepare(&format!("EXPLAIN QUERY PLAN {sql}"))
+            .unwrap()
+            .query_map(params, |r| r.get(3))
+            .unwrap()
+            .collect::<Result<_, _>>()
+            .unwrap()
+    }
+
     fn index_names(path: &std::path::Path) -> Vec<String> {
         let conn = Connection::open(path).unwrap();
         let mut stmt = conn
@@ -438,16 +448,11 @@ mod tests {
 
         // The lookups by hash use the new index.
         let conn = Connection::open(&path).unwrap();
-        let plan: Vec<String> = conn
-            .prepare(
-                "EXPLAIN QUERY PLAN SELECT id FROM memories \
-                 WHERE content_hash = ?1 AND valid_to IS NULL",
-            )
-            .unwrap()
-            .query_map(["x"], |r| r.get(3))
-            .unwrap()
-            .collect::<Result<_, _>>()
-            .unwrap();
+        let plan = query_plan(
+            &conn,
+            "SELECT id FROM memories WHERE content_hash = ?1 AND valid_to IS NULL",
+            ["x"],
+        );
         assert!(
             plan.iter().any(|step| step.contains("memories_hash")),
             "{plan:?}"
@@ -497,16 +502,7 @@ mod tests {
         assert!(names.contains(&"memories_user_facts".to_string()));
         assert!(!names.contains(&"memories_user_created".to_string()));
         let conn = Connection::open(&path).unwrap();
-        let plan: Vec<String> = conn
-            .prepare(&format!(
-                "EXPLAIN QUERY PLAN {}",
-                crate::lexical_docs::FACTS_SQL
-            ))
-            .unwrap()
-            .query_map(["u"], |r| r.get(3))
-            .unwrap()
-            .collect::<Result<_, _>>()
-            .unwrap();
+        let plan = query_plan(&conn, crate::lexical_docs::FACTS_SQL, ["u"]);
         assert_eq!(
             plan,
             vec!["SEARCH memories USING COVERING INDEX memories_user_facts (user_id=?)"]
@@ -523,16 +519,11 @@ mod tests {
             crate::rows::filter_sql(&Filter::user("u"), jiff::Timestamp::now()).unwrap();
         let mut params = vec![rusqlite::types::Value::Text("[1, 2, 3]".into())];
         params.extend(values);
-        let plan: Vec<String> = conn
-            .prepare(&format!(
-                "EXPLAIN QUERY PLAN {}",
-                crate::store::facts_by_row_sql(&conditions)
-            ))
-            .unwrap()
-            .query_map(rusqlite::params_from_iter(params), |r| r.get(3))
-            .unwrap()
-            .collect::<Result<_, _>>()
-            .unwrap();
+        let plan = query_plan(
+            &conn,
+            &crate::store::facts_by_row_sql(&conditions),
+            rusqlite::params_from_iter(params),
+        );
         assert_eq!(
             plan[0], "SEARCH m USING INTEGER PRIMARY KEY (rowid=?)",
             "{plan:?}"

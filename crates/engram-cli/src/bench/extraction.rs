@@ -733,14 +733,19 @@ mod tests {
         assert!((t.precision - 2.0 / 6.0).abs() < 1e-9);
     }
 
-    #[test]
-    fn the_shipped_set_is_valid_and_covers_the_categories() {
-        let data = load(
+    /// The labelled set in the repository.
+    fn shipped() -> Vec<Labelled> {
+        load(
             &Path::new(env!("CARGO_MANIFEST_DIR"))
                 .join("../../")
                 .join(DEFAULT_DATA),
         )
-        .unwrap();
+        .unwrap()
+    }
+
+    #[test]
+    fn the_shipped_set_is_valid_and_covers_the_categories() {
+        let data = shipped();
         assert!(data.len() >= 30);
         let categories: HashSet<&str> = data.iter().map(|c| c.category.as_str()).collect();
         for wanted in [
@@ -763,12 +768,7 @@ mod tests {
 
     #[test]
     fn what_the_user_said_of_someone_else_counts_when_it_is_filed_under_them() {
-        let data = load(
-            &Path::new(env!("CARGO_MANIFEST_DIR"))
-                .join("../../")
-                .join(DEFAULT_DATA),
-        )
-        .unwrap();
+        let data = shipped();
         let mixed = data.iter().find(|c| c.id == "mixed-1").unwrap();
         let new = [
             "colleague: Priyanka",
