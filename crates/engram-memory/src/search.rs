@@ -339,6 +339,7 @@ impl Searcher {
             None => Vec::new(),
         };
 
+        let asks = asks_when(&request.query);
         // Merge the lists by memory.
         let mut order: Vec<MemoryId> = Vec::new();
         let mut merged: HashMap<MemoryId, Candidate> = HashMap::new();
@@ -348,7 +349,10 @@ impl Searcher {
                 lexical: Some((hit.bm25, rank + 1)),
                 dense: None,
             };
-            merged.insert(hit.memory.id, Candidate::new(hit.memory, evidence, false));
+            merged.insert(
+                hit.memory.id,
+                Candidate::new(hit.memory, evidence, false, asks),
+            );
         }
         for (rank, hit) in dense.into_iter().enumerate() {
             let dense = Some((f64::from(hit.similarity), rank + 1));
@@ -365,7 +369,7 @@ impl Searcher {
                     };
                     merged.insert(
                         hit.memory.id,
-                        Candidate::new(hit.memory, evidence, hit.truncated),
+                        Candidate::new(hit.memory, evidence, hit.truncated, asks),
                     );
                 }
             }
@@ -382,7 +386,7 @@ impl Searcher {
             entries,
             lists: (true, query_vector.is_some()),
             window: time_window(&request.query, now, &self.time_zone),
-            asks_when: asks_when(&request.query),
+            asks_when: asks,
             now,
             notices,
         })
@@ -494,8 +498,10 @@ pub struct Candidate {
 }
 
 impl Candidate {
-    fn new(memory: Memory, evidence: Evidence, truncated: bool) -> Self {
-        let mentions_time = mentions_time(&memory.text);
+    /// `asks_when`: whether the query asks when. Only then is the text read for a time:
+    /// ranking uses it for nothing else, and every search read every candidate's words.
+    fn new(memory: Memory, evidence: Evidence, truncated: bool, asks_when: bool) -> Self {
+        let mentions_time = asks_when && mentions_time(&memory.text);
         Self {
             memory,
             evidence,
@@ -711,6 +717,7 @@ mod tests {
                         dense: None,
                     },
                     false,
+                    asks_when(query),
                 )
             })
             .collect();
