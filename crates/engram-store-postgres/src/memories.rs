@@ -807,9 +807,9 @@ impl PgStore {
                      AND m.kind = 'episode' AND m.session_id IS NOT NULL \
                  CROSS JOIN LATERAL (SELECT p.id FROM memories p \
                      WHERE p.user_id = m.user_id AND p.session_id = m.session_id \
+                     AND p.created_at <= m.created_at \
                      AND p.kind = 'episode' AND p.doc <> m.doc \
-                     AND (p.created_at < m.created_at \
-                          OR (p.created_at = m.created_at AND p.doc < m.doc)) \
+                     AND (p.created_at < m.created_at OR p.doc < m.doc) \
                      ORDER BY p.created_at DESC, p.doc DESC LIMIT 1) p",
             )
             .await

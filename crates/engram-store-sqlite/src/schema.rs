@@ -529,4 +529,18 @@ mod tests {
             "{plan:?}"
         );
     }
+
+    #[test]
+    fn the_turn_before_is_found_by_seeking_in_its_session() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("engram.db");
+        drop(Database::open(&path).unwrap());
+        let conn = Connection::open(&path).unwrap();
+        let plan = query_plan(&conn, crate::store::PREVIOUS_TURN_SQL, ["x", "u"]);
+        assert!(
+            plan.iter().any(|step| step
+                .contains("memories_session_order (user_id=? AND session_id=? AND created_at<?)")),
+            "{plan:?}"
+        );
+    }
 }
