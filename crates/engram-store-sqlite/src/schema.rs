@@ -375,6 +375,15 @@ mod tests {
         (closed, current)
     }
 
+    /// A database this build made, in a folder of its own, and a plain connection to it.
+    fn new_database() -> (tempfile::TempDir, Connection) {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("engram.db");
+        drop(Database::open(&path).unwrap());
+        let conn = Connection::open(&path).unwrap();
+        (dir, conn)
+    }
+
     /// The steps SQLite's planner chooses for `sql`.
     fn query_plan(conn: &Connection, sql: &str, params: impl rusqlite::Params) -> Vec<String> {
         conn.prepare(&format!("EXPLAIN QUERY PLAN {sql}"))
@@ -495,13 +504,10 @@ mod tests {
 
     #[test]
     fn a_users_ranking_facts_are_read_from_one_index_without_the_table() {
-        let dir = tempfile::tempdir().unwrap();
-        let path = dir.path().join("engram.db");
-        drop(Database::open(&path).unwrap());
-        let names = index_names(&path);
+        let (dir, conn) = new_database();
+        let names = index_names(&dir.path().join("engram.db"));
         assert!(names.contains(&"memories_user_facts".to_string()));
         assert!(!names.contains(&"memories_user_created".to_string()));
-        let conn = Connection::open(&path).unwrap();
         let plan = query_plan(&conn, crate::lexical_docs::FACTS_SQL, ["u"]);
         assert_eq!(
             plan,
@@ -511,10 +517,7 @@ mod tests {
 
     #[test]
     fn candidates_the_facts_do_not_cover_are_read_by_row_not_by_walking_the_user() {
-        let dir = tempfile::tempdir().unwrap();
-        let path = dir.path().join("engram.db");
-        drop(Database::open(&path).unwrap());
-        let conn = Connection::open(&path).unwrap();
+        let (_dir, conn) = new_database();
         let (conditions, values) =
             crate::rows::filter_sql(&Filter::user("u"), jiff::Timestamp::now()).unwrap();
         let mut params = vec![rusqlite::types::Value::Text("[1, 2, 3]".into())];
@@ -532,10 +535,7 @@ mod tests {
 
     #[test]
     fn the_turn_before_is_found_by_seeking_in_its_session() {
-        let dir = tempfile::tempdir().unwrap();
-        let path = dir.path().join("engram.db");
-        drop(Database::open(&path).unwrap());
-        let conn = Connection::open(&path).unwrap();
+        let (_dir, conn) = new_database();
         let plan = query_plan(&conn, crate::store::PREVIOUS_TURN_SQL, ["x", "u"]);
         assert!(
             plan.iter().any(|step| step
