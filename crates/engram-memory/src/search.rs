@@ -493,7 +493,8 @@ pub struct Candidate {
     pub evidence: Evidence,
     /// Only the beginning of its text was embedded.
     pub truncated: bool,
-    /// Its text says when something happened.
+    /// Its text says when something happened (read only for a query that asks when; false
+    /// otherwise).
     pub mentions_time: bool,
 }
 
