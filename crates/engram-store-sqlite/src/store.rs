@@ -100,6 +100,43 @@ pub(crate) fn facts_by_row_sql(conditions: &str) -> String {
     )
 }
 
+/// Keeps the best `limit` of `scored` (score, created_at, rowid), best first; ties go to the
+/// newest.
+fn keep_best(scored: &mut Vec<(f64, i64, i64)>, limit: usize) {
+    let order = |a: &(f64, i64, i64), b: &(f64, i64, i64)| {
+        b.0.total_cmp(&a.0).then(b.1.cmp(&a.1)).then(b.2.cmp(&a.2))
+    };
+    if limit == 0 {
+        scored.clear();
+        return;
+    }
+    if scored.len() > limit {
+        scored.select_nth_unstable_by(limit - 1, order);
+        scored.truncate(limit);
+    }
+    scored.sort_unstable_by(order);
+}
+
+/// Reads `rowids` with [`facts_by_row_sql`] (the filter's values after the ids), calling
+/// `found(rowid, length, created_at)` for each row that passes the filter.
+fn read_by_row(
+    stmt: &mut rusqlite::CachedStatement<'_>,
+    rowids: &[i64],
+    filter_values: &[Value],
+    mut found: impl FnMut(i64, f64, i64),
+) -> rusqlite::Result<()> {
+    if rowids.is_empty() {
+        return Ok(());
+    }
+    let ids = serde_json::to_string(rowids).unwrap_or_else(|_| "[]".to_string());
+    let values = std::iter::once(Value::Text(ids)).chain(filter_values.iter().cloned());
+    let mut rows = stmt.query(rusqlite::params_from_iter(values))?;
+    while let Some(row) = rows.next()? {
+        found(row.get(0)?, row.get::<_, i64>(1)? as f64, row.get(2)?);
+    }
+    Ok(())
+}
+
 impl Database {
     /// Opens (creating if needed) the database at `path` with default options.
     pub fn open(path: impl AsRef<Path>) -> Result<Self, StoreError> {
@@ -559,60 +596,96 @@ impl Database {
                 })
                 .sum()
         };
-        let mut scored: Vec<(f64, i64, i64)> = Vec::new();
-
-        // Which candidates pass the filter, with their lengths and ages: from the user's facts
-        // held in memory when the filter is one they decide and they are (worth) loaded...
-        let mut unknown: Vec<i64> = Vec::new();
-        let facts = match FactFilter::new(filter, micros(now)) {
-            Some(fact_filter) => self
-                .lexical_docs
-                .facts(
-                    conn,
-                    &filter.user_id,
-                    generation,
-                    documents as usize,
-                    candidates.len(),
-                )?
-                .map(|docs| (fact_filter, docs)),
-            None => None,
+        // The most a candidate can score, whatever its length: its score at the fewest terms a
+        // memory holding its matches can have (distinct words sit at distinct positions; each
+        // occurrence of any one alternative starts at its own). A term's score falls as the
+        // length grows, by the same arithmetic in the same order, so no score exceeds its bound.
+        let distinct_words: Vec<bool> = alternatives
+            .iter()
+            .enumerate()
+            .map(|(column, terms)| {
+                terms.len() == 1 && !alternatives[..column].iter().any(|other| other == terms)
+            })
+            .collect();
+        let bounded = weighted.iter().all(|(idf, _)| *idf > 0.0);
+        let bound = |at: usize| -> f64 {
+            if !bounded {
+                return f64::INFINITY;
+            }
+            let row = &frequency_table[at * columns..(at + 1) * columns];
+            let words: u32 = row
+                .iter()
+                .zip(&distinct_words)
+                .filter(|(_, distinct)| **distinct)
+                .map(|(tf, _)| *tf)
+                .sum();
+            let fewest = words.max(row.iter().copied().max().unwrap_or(0)).max(1);
+            score(at, f64::from(fewest))
         };
-        match &facts {
-            Some((fact_filter, docs)) => {
-                for (at, &rowid) in candidates.iter().enumerate() {
-                    match docs.get(rowid) {
-                        Some(doc) if fact_filter.admits(doc) => {
-                            scored.push((score(at, f64::from(doc.length)), doc.created_at, rowid));
+        let mut pending: Vec<(f64, usize)> =
+            (0..candidates.len()).map(|at| (bound(at), at)).collect();
+
+        // The candidates are read in chunks, best bound first, until the `limit`-th best score
+        // found beats every bound left: the rows read follow `limit` and how far the best stand
+        // out, not how many memories hold a query word. Once that reading costs more than the
+        // user's facts would, the facts are loaded (and kept, see `lexical_docs`) instead.
+        let fact_filter = FactFilter::new(filter, micros(now));
+        let sql = facts_by_row_sql(conditions);
+        let mut by_row = conn.prepare_cached(&sql)?;
+        let mut scored: Vec<(f64, i64, i64)> = Vec::new();
+        let mut chunk = limit.saturating_mul(4).max(256);
+        while !pending.is_empty() {
+            let take = chunk.min(pending.len());
+            let from_facts = match &fact_filter {
+                Some(fact_filter) => self
+                    .lexical_docs
+                    .facts(conn, &filter.user_id, generation, documents as usize, take)?
+                    .map(|docs| (fact_filter, docs)),
+                None => None,
+            };
+            let mut rowids: Vec<i64> = Vec::new();
+            match &from_facts {
+                // Every candidate left, from the facts; rows added since they were read, by row.
+                Some((fact_filter, docs)) => {
+                    for (_, at) in pending.drain(..) {
+                        let rowid = candidates[at];
+                        match docs.get(rowid) {
+                            Some(doc) if fact_filter.admits(doc) => {
+                                let score = score(at, f64::from(doc.length));
+                                scored.push((score, doc.created_at, rowid));
+                            }
+                            Some(_) => {}
+                            None => rowids.push(rowid),
                         }
-                        Some(_) => {}
-                        None => unknown.push(rowid),
                     }
                 }
+                None => {
+                    if take < pending.len() {
+                        pending.select_nth_unstable_by(take - 1, |a, b| b.0.total_cmp(&a.0));
+                    }
+                    rowids.extend(pending.drain(..take).map(|(_, at)| candidates[at]));
+                    rowids.sort_unstable();
+                }
             }
-            None => unknown.clone_from(&candidates),
-        }
-        // ... and from the table for the rest (and for rows added since the facts were read).
-        if !unknown.is_empty() {
-            let sql = facts_by_row_sql(conditions);
-            let ids = serde_json::to_string(&unknown).unwrap_or_else(|_| "[]".to_string());
-            let mut values = Vec::with_capacity(filter_values.len() + 1);
-            values.push(Value::Text(ids));
-            values.extend(filter_values);
-            let mut stmt = conn.prepare_cached(&sql)?;
-            let mut rows = stmt.query(rusqlite::params_from_iter(values))?;
-            while let Some(row) = rows.next()? {
-                let rowid: i64 = row.get(0)?;
-                let length = row.get::<_, i64>(1)? as f64;
-                let created_at: i64 = row.get(2)?;
-                let Ok(at) = candidates.binary_search(&rowid) else {
-                    continue;
-                };
-                scored.push((score(at, length), created_at, rowid));
+            read_by_row(
+                &mut by_row,
+                &rowids,
+                &filter_values,
+                |rowid, length, created_at| {
+                    if let Ok(at) = candidates.binary_search(&rowid) {
+                        scored.push((score(at, length), created_at, rowid));
+                    }
+                },
+            )?;
+            keep_best(&mut scored, limit);
+            if scored.len() >= limit {
+                // A bound equal to the `limit`-th score may still win its tie on age.
+                let kth = scored[limit - 1].0;
+                pending.retain(|&(bound, _)| bound >= kth);
             }
+            chunk = chunk.saturating_mul(2);
         }
-        // Best first; ties go to the newest.
-        scored.sort_by(|a, b| b.0.total_cmp(&a.0).then(b.1.cmp(&a.1)).then(b.2.cmp(&a.2)));
-        scored.truncate(limit);
+        keep_best(&mut scored, limit);
         Ok(scored.into_iter().map(|(s, _, rowid)| (rowid, s)).collect())
     }
 

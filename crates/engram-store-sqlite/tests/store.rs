@@ -65,9 +65,14 @@ fn search(store: &SqliteStore, filter: &Filter, query: &str) -> Vec<String> {
 /// Memories and their BM25 scores, best first.
 type Ranking = Vec<(MemoryId, f64)>;
 
-/// Searches `filter` and the same filter plus a metadata condition every memory meets: the
-/// second can only be decided in SQL, so the two compare ranking from the facts a store holds
-/// in memory with ranking from the table.
+/// More hits than any test store holds: a search asked for this many scores every candidate,
+/// so its first hits are the exhaustive ranking.
+const EVERY_HIT: usize = 1_000_000;
+
+/// Searches `filter`, and the same filter plus a metadata condition every memory meets for
+/// every hit: the second can only be decided in SQL and scores every candidate read from the
+/// table, so the two compare ranking from the facts a store holds in memory (or from the rows
+/// that can still make the first 20) with the exhaustive ranking.
 fn held_and_table_rankings(
     store: &SqliteStore,
     filter: &Filter,
@@ -78,15 +83,17 @@ fn held_and_table_rankings(
         key: "all".into(),
         value: "yes".into(),
     });
-    let ranked = |f: &Filter| -> Ranking {
-        store
-            .search_lexical(f, query, 20)
+    let ranked = |f: &Filter, limit: usize| -> Ranking {
+        let mut hits: Ranking = store
+            .search_lexical(f, query, limit)
             .unwrap()
             .into_iter()
             .map(|h| (h.memory.id, h.bm25))
-            .collect()
+            .collect();
+        hits.truncate(20);
+        hits
     };
-    (ranked(filter), ranked(&in_sql))
+    (ranked(filter, 20), ranked(&in_sql, EVERY_HIT))
 }
 
 #[test]
@@ -420,10 +427,10 @@ mod properties {
 
     proptest! {
         #![proptest_config(ProptestConfig::with_cases(6))]
-        /// Long lists ranked by the threshold algorithm over held impact lists (after the first
-        /// searches load the facts) are exactly the table's exhaustive ranking: same memories,
-        /// same order, same scores to the bit, under every filter the facts decide, for any k,
-        /// and again after memories change.
+        /// Long lists ranked by reading only the rows that can still make the first k, and by
+        /// the threshold algorithm over held impact lists (after the first searches load the
+        /// facts), are exactly the table's exhaustive ranking: same memories, same order, same
+        /// scores to the bit, under every filter, for any k, and again after memories change.
         #[test]
         fn common_word_rankings_are_exactly_the_exhaustive_ones(
             seed in any::<u64>(),
@@ -448,13 +455,15 @@ mod properties {
                     ..Filter::user("u")
                 },
             ];
-            let ranked = |filter: &Filter, query: &str| -> Vec<(MemoryId, u64)> {
-                f.store
-                    .search_lexical(filter, query, k)
+            let ranked = |filter: &Filter, query: &str, limit: usize| -> Vec<(MemoryId, u64)> {
+                let mut hits: Vec<(MemoryId, u64)> = f.store
+                    .search_lexical(filter, query, limit)
                     .unwrap()
                     .into_iter()
                     .map(|h| (h.memory.id, h.bm25.to_bits()))
-                    .collect()
+                    .collect();
+                hits.truncate(k);
+                hits
             };
             let compare = |round: &str| -> Result<(), TestCaseError> {
                 for words in &queries {
@@ -463,10 +472,14 @@ mod properties {
                     for filter in &filters {
                         let mut in_sql = filter.clone();
                         in_sql.metadata.push(MetaCondition { key: "all".into(), value: "yes".into() });
-                        let table = ranked(&in_sql, &query);
-                        // Asked twice: the first search may still be the one that loads the facts.
+                        // Every candidate scored, against the rows that could still make the
+                        // first k (the same filter decided in SQL) ...
+                        let table = ranked(&in_sql, &query, EVERY_HIT);
+                        prop_assert_eq!(&ranked(&in_sql, &query, k), &table, "{} {} {:?} in SQL", round, query, filter);
+                        // ... and against the held facts, asked twice: the first search may
+                        // still be the one that loads them.
                         for _ in 0..2 {
-                            prop_assert_eq!(&ranked(filter, &query), &table, "{} {} {:?}", round, query, filter);
+                            prop_assert_eq!(&ranked(filter, &query, k), &table, "{} {} {:?}", round, query, filter);
                         }
                     }
                 }
