@@ -572,7 +572,7 @@ impl Database {
             .collect();
         candidates.sort_unstable();
         candidates.dedup();
-        if candidates.is_empty() {
+        if candidates.is_empty() || limit == 0 {
             return Ok(Vec::new());
         }
         // Term frequencies as a table: one row per candidate, one column per alternative.
@@ -634,6 +634,16 @@ impl Database {
         let mut by_row = conn.prepare_cached(&sql)?;
         let mut scored: Vec<(f64, i64, i64)> = Vec::new();
         let mut chunk = limit.saturating_mul(4).max(256);
+        // The `limit`-th best score is at most the `limit`-th best bound, so every candidate
+        // whose bound reaches that one has to be read. The first chunk holds them all: when
+        // they are too many (one common word: all its memories share a bound), the facts are
+        // loaded at once rather than after reading rows that cost as much.
+        if limit > 0 && limit < pending.len() {
+            let mut bounds: Vec<f64> = pending.iter().map(|&(bound, _)| bound).collect();
+            let (_, kth, _) = bounds.select_nth_unstable_by(limit - 1, |a, b| b.total_cmp(a));
+            let kth = *kth;
+            chunk = chunk.max(pending.iter().filter(|&&(bound, _)| bound >= kth).count());
+        }
         while !pending.is_empty() {
             let take = chunk.min(pending.len());
             let from_facts = match &fact_filter {

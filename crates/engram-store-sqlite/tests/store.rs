@@ -515,6 +515,37 @@ mod properties {
     }
 }
 
+/// A search for no hits finds none, whether the store reads rows or holds the facts.
+#[test]
+fn a_search_for_no_hits_returns_none() {
+    let f = fixture();
+    for i in 0..50 {
+        add(&f.store, "u", &format!("note {i} about the garden"));
+    }
+    let mut in_sql = Filter::user("u");
+    in_sql.metadata.push(MetaCondition {
+        key: "none".into(),
+        value: "set".into(),
+    });
+    for filter in [Filter::user("u"), in_sql] {
+        for _ in 0..3 {
+            assert!(
+                f.store
+                    .search_lexical(&filter, "garden", 0)
+                    .unwrap()
+                    .is_empty()
+            );
+            assert_eq!(
+                f.store
+                    .search_lexical(&Filter::user("u"), "garden", 5)
+                    .unwrap()
+                    .len(),
+                5
+            );
+        }
+    }
+}
+
 /// The full-text index keeps the larger write buffer a batch sets across reopening (that
 /// batches and single adds score alike is the conformance suite's business).
 #[test]
