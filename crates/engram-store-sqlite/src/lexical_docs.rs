@@ -13,8 +13,9 @@
 //! read in 21 ms, 70k candidates looked up in 53 ms, 25k in 26 ms). So it is done once searches
 //! at the same generation have looked up a quarter as many candidates as the user has memories
 //! (the classic rent-or-buy rule: never more than twice the cost of the better choice). A
-//! search whose words are in a quarter of the memories loads at once, which is what keeps a
-//! one-shot `engram search` of common words from looking up every candidate.
+//! search looks up only the candidates that can still make its first k, in chunks (see
+//! `Database::rank_lexical`), so a one-shot `engram search` of several common words reads a few
+//! thousand rows and no facts; one common word, whose memories all share a bound, loads at once.
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
