@@ -32,7 +32,7 @@ const MAX_CACHED_DOCS: usize = 2_000_000;
 const MAX_IMPACT_BYTES: usize = 64 << 20;
 /// How many rows loading the facts reads for the cost of looking up one candidate by row id
 /// (see the module's documentation).
-const ROWS_READ_PER_LOOKUP: usize = 4;
+pub(crate) const ROWS_READ_PER_LOOKUP: usize = 4;
 /// Only lists at least this long are kept: shorter ones cost little to read again.
 pub(crate) const LONG_LIST: usize = 1024;
 

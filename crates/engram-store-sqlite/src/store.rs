@@ -22,7 +22,9 @@ use crate::ann::{VectorIndexOptions, VectorIndexStats, VectorIndexes, VectorSear
 use crate::error::from_sqlite;
 use crate::fts;
 use crate::lexical;
-use crate::lexical_docs::{FactFilter, ImpactKey, LexicalDocCache, LexicalSearchCounts};
+use crate::lexical_docs::{
+    FactFilter, ImpactKey, LexicalDocCache, LexicalSearchCounts, ROWS_READ_PER_LOOKUP,
+};
 use crate::rows::{MEMORY_COLUMN_COUNT, MEMORY_COLUMNS, filter_sql, memory_from_row, micros};
 use crate::schema::{APPLICATION_ID, MIGRATIONS, latest_version};
 use crate::topk::{self, Impacts};
@@ -644,8 +646,20 @@ impl Database {
             let kth = *kth;
             chunk = chunk.max(pending.iter().filter(|&&(bound, _)| bound >= kth).count());
         }
+        let mut first = true;
         while !pending.is_empty() {
-            let take = chunk.min(pending.len());
+            // After the first chunk, when the rows that may still have to be read would cost as
+            // much as loading the facts, they are loaded (one common word read together with
+            // memories that hold it more than once: its many single occurrences keep one bound).
+            let take = if !first
+                && fact_filter.is_some()
+                && pending.len().saturating_mul(ROWS_READ_PER_LOOKUP) >= documents as usize
+            {
+                pending.len()
+            } else {
+                chunk.min(pending.len())
+            };
+            first = false;
             let from_facts = match &fact_filter {
                 Some(fact_filter) => self
                     .lexical_docs
